@@ -1,0 +1,638 @@
+"""The API server's validation of the objects reconcile deals with, as field errors.
+
+Ported from k8s.io/kubernetes/pkg/apis/core/validation and friends for what matters
+here: object metadata (names, labels, annotations), pod specs (containers, nodeSelector,
+node and pod affinity, tolerations), Deployments, PodDisruptionBudgets, node taints.
+The sandbox answers with these errors (same field, type and message), and `validate`
+runs them offline, so a manifest refused in review is one the API server would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from reconcile import labels
+from reconcile.labels import go_quote
+
+_OMIT: Final = object()
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """field.Error: a type ("Invalid value", "Required value", ...), a path and a detail."""
+
+    type: str
+    field: str
+    bad_value: Any = _OMIT
+    detail: str = ""
+
+    def body(self) -> str:
+        """field.Error.ErrorBody()."""
+        if self.type in ("Required value", "Forbidden", "Too long") or self.bad_value is _OMIT:
+            text = self.type
+        else:
+            text = f"{self.type}: {go_value(self.bad_value)}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.body()}"
+
+    def cause(self) -> dict[str, str]:
+        return {
+            "reason": _CAUSES.get(self.type, self.type),
+            "message": self.body(),
+            "field": self.field,
+        }
+
+
+_CAUSES: Final = {
+    "Invalid value": "FieldValueInvalid",
+    "Required value": "FieldValueRequired",
+    "Forbidden": "FieldValueForbidden",
+    "Unsupported value": "FieldValueNotSupported",
+    "Duplicate value": "FieldValueDuplicate",
+    "Too long": "FieldValueTooLong",
+    "Not found": "FieldValueNotFound",
+}
+
+
+def invalid(field: str, value: Any, detail: str) -> FieldError:
+    return FieldError("Invalid value", field, value, detail)
+
+
+def required(field: str, detail: str = "") -> FieldError:
+    return FieldError("Required value", field, _OMIT, detail)
+
+
+def forbidden(field: str, detail: str) -> FieldError:
+    return FieldError("Forbidden", field, _OMIT, detail)
+
+
+def duplicate(field: str, value: Any) -> FieldError:
+    return FieldError("Duplicate value", field, value)
+
+
+def not_supported(field: str, value: Any, supported: list[str]) -> FieldError:
+    return FieldError(
+        "Unsupported value",
+        field,
+        value,
+        "supported values: " + ", ".join(go_quote(s) for s in supported),
+    )
+
+
+def go_value(value: Any) -> str:
+    """How field.Error prints a bad value: %q for strings, %v for numbers, %#v for the rest."""
+    if isinstance(value, str):
+        return go_quote(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if value is None:
+        return "null"
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return "[]string{" + ", ".join(go_quote(v) for v in value) + "}"
+    if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+        entries = ", ".join(f"{go_quote(k)}:{go_quote(value[k])}" for k in sorted(value))
+        return "map[string]string{" + entries + "}"
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def aggregate(errors: list[FieldError]) -> str:
+    """utilerrors.Aggregate.Error(): one message as is, several in brackets, deduplicated."""
+    messages = list(dict.fromkeys(str(e) for e in errors))
+    return messages[0] if len(messages) == 1 else "[" + ", ".join(messages) + "]"
+
+
+# --- metadata ------------------------------------------------------------------------------
+
+NAME_DNS_LABEL: Final = "dns-label"
+NAME_DNS_SUBDOMAIN: Final = "dns-subdomain"
+NAME_PATH_SEGMENT: Final = "path-segment"
+TOTAL_ANNOTATION_SIZE_LIMIT: Final = 256 * 1024
+
+
+def validate_labels(values: Any, field: str) -> list[FieldError]:
+    """metav1validation.ValidateLabels: key and value errors, all at the map's path."""
+    if not isinstance(values, dict):
+        return [invalid(field, values, "must be a map of string keys to string values")]
+    errors = []
+    for key in sorted(values):
+        value = values[key]
+        errors += [invalid(field, key, msg) for msg in labels.is_qualified_name(str(key))]
+        if not isinstance(value, str):
+            errors.append(invalid(f"{field}[{key}]", value, "label values must be strings"))
+            continue
+        errors += [invalid(field, value, msg) for msg in labels.is_valid_label_value(value)]
+    return errors
+
+
+def validate_annotations(values: Any, field: str) -> list[FieldError]:
+    if not isinstance(values, dict):
+        return [invalid(field, values, "must be a map of string keys to string values")]
+    errors = []
+    total = 0
+    for key in sorted(values):
+        errors += [invalid(field, key, msg) for msg in labels.is_qualified_name(str(key).lower())]
+        total += len(str(key)) + len(str(values[key]))
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT:
+        errors.append(
+            FieldError(
+                "Too long",
+                field,
+                _OMIT,
+                f"may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes",
+            )
+        )
+    return errors
+
+
+def _name_errors(name: str, rule: str) -> list[str]:
+    if rule == NAME_DNS_LABEL:
+        return labels.is_dns1123_label(name)
+    if rule == NAME_PATH_SEGMENT:
+        if name in (".", ".."):
+            return [f"may not be '{name}'"]
+        return [f"may not contain '{c}'" for c in "/%" if c in name]
+    return labels.is_dns1123_subdomain(name)
+
+
+def validate_object_meta(
+    obj: dict[str, Any], *, namespaced: bool, name_rule: str
+) -> list[FieldError]:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return [required("metadata.name", "name or generateName is required")]
+    errors: list[FieldError] = []
+    name = metadata.get("name")
+    if not name:
+        errors.append(required("metadata.name", "name or generateName is required"))
+    elif not isinstance(name, str):
+        errors.append(invalid("metadata.name", name, "must be a string"))
+    else:
+        errors += [invalid("metadata.name", name, msg) for msg in _name_errors(name, name_rule)]
+    namespace = metadata.get("namespace")
+    if namespaced:
+        if not namespace:
+            errors.append(required("metadata.namespace"))
+        elif isinstance(namespace, str):
+            errors += [
+                invalid("metadata.namespace", namespace, m)
+                for m in labels.is_dns1123_label(namespace)
+            ]
+    elif namespace:
+        errors.append(forbidden("metadata.namespace", "not allowed on this type"))
+    if "labels" in metadata and metadata["labels"] is not None:
+        errors += validate_labels(metadata["labels"], "metadata.labels")
+    if "annotations" in metadata and metadata["annotations"] is not None:
+        errors += validate_annotations(metadata["annotations"], "metadata.annotations")
+    return errors
+
+
+# --- selectors -----------------------------------------------------------------------------
+
+
+def validate_label_selector(selector: Any, field: str) -> list[FieldError]:
+    """metav1validation.ValidateLabelSelector."""
+    if selector is None:
+        return []
+    if not isinstance(selector, dict):
+        return [invalid(field, selector, "must be an object")]
+    errors = validate_labels(selector.get("matchLabels") or {}, f"{field}.matchLabels")
+    for i, expression in enumerate(selector.get("matchExpressions") or ()):
+        path = f"{field}.matchExpressions[{i}]"
+        operator = expression.get("operator")
+        values = expression.get("values") or []
+        if operator in ("In", "NotIn"):
+            if not values:
+                errors.append(
+                    required(
+                        f"{path}.values", "must be specified when `operator` is 'In' or 'NotIn'"
+                    )
+                )
+        elif operator in ("Exists", "DoesNotExist"):
+            if values:
+                errors.append(
+                    forbidden(
+                        f"{path}.values",
+                        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                    )
+                )
+        else:
+            errors.append(invalid(f"{path}.operator", operator, "not a valid selector operator"))
+        key = str(expression.get("key", ""))
+        errors += [invalid(f"{path}.key", key, msg) for msg in labels.is_qualified_name(key)]
+        for j, value in enumerate(values):
+            errors += [
+                invalid(f"{path}.values[{j}]", value, m)
+                for m in labels.is_valid_label_value(str(value))
+            ]
+    return errors
+
+
+def validate_node_selector_requirement(requirement: dict[str, Any], path: str) -> list[FieldError]:
+    """corevalidation.ValidateNodeSelectorRequirement (label values checked, as since v1.32)."""
+    errors: list[FieldError] = []
+    operator = requirement.get("operator")
+    values = requirement.get("values") or []
+    if operator in ("In", "NotIn"):
+        if not values:
+            errors.append(
+                required(f"{path}.values", "must be specified when `operator` is 'In' or 'NotIn'")
+            )
+    elif operator in ("Exists", "DoesNotExist"):
+        if values:
+            errors.append(
+                forbidden(
+                    f"{path}.values",
+                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                )
+            )
+    elif operator in ("Gt", "Lt"):
+        if len(values) != 1:
+            errors.append(
+                required(
+                    f"{path}.values",
+                    "must be specified single value when `operator` is 'Lt' or 'Gt'",
+                )
+            )
+    else:
+        errors.append(invalid(f"{path}.operator", operator, "not a valid selector operator"))
+    key = str(requirement.get("key", ""))
+    errors += [invalid(f"{path}.key", key, msg) for msg in labels.is_qualified_name(key)]
+    for i, value in enumerate(values):
+        errors += [
+            invalid(f"{path}.values[{i}]", value, m)
+            for m in labels.is_valid_label_value(str(value))
+        ]
+    return errors
+
+
+def validate_node_field_selector_requirement(
+    requirement: dict[str, Any], path: str
+) -> list[FieldError]:
+    errors: list[FieldError] = []
+    operator = requirement.get("operator")
+    values = requirement.get("values") or []
+    if operator in ("In", "NotIn"):
+        if len(values) != 1:
+            errors.append(
+                required(
+                    f"{path}.values",
+                    "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
+                )
+            )
+    else:
+        errors.append(invalid(f"{path}.operator", operator, "not a valid selector operator"))
+    key = requirement.get("key")
+    if key != "metadata.name":
+        errors.append(invalid(f"{path}.key", key, "not a valid field selector key"))
+    else:
+        for i, value in enumerate(values):
+            errors += [
+                invalid(f"{path}.values[{i}]", value, m)
+                for m in labels.is_dns1123_subdomain(str(value))
+            ]
+    return errors
+
+
+def validate_node_selector_term(term: dict[str, Any], path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for i, requirement in enumerate(term.get("matchExpressions") or ()):
+        errors += validate_node_selector_requirement(requirement, f"{path}.matchExpressions[{i}]")
+    for i, requirement in enumerate(term.get("matchFields") or ()):
+        errors += validate_node_field_selector_requirement(requirement, f"{path}.matchFields[{i}]")
+    return errors
+
+
+def validate_node_selector(selector: dict[str, Any], path: str) -> list[FieldError]:
+    terms = selector.get("nodeSelectorTerms") or []
+    if not terms:
+        return [required(f"{path}.nodeSelectorTerms", "must have at least one node selector term")]
+    errors: list[FieldError] = []
+    for i, term in enumerate(terms):
+        errors += validate_node_selector_term(term or {}, f"{path}.nodeSelectorTerms[{i}]")
+    return errors
+
+
+def _validate_pod_affinity_term(term: dict[str, Any], path: str) -> list[FieldError]:
+    errors = validate_label_selector(term.get("labelSelector"), f"{path}.labelSelector")
+    topology_key = term.get("topologyKey") or ""
+    if not topology_key:
+        errors.append(required(f"{path}.topologyKey", "can not be empty"))
+    else:
+        errors += [
+            invalid(f"{path}.topologyKey", topology_key, m)
+            for m in labels.is_qualified_name(topology_key)
+        ]
+    for i, namespace in enumerate(term.get("namespaces") or ()):
+        errors += [
+            invalid(f"{path}.namespace[{i}]", namespace, m)
+            for m in labels.is_dns1123_label(str(namespace))
+        ]
+    return errors
+
+
+def validate_affinity(affinity: Any, path: str) -> list[FieldError]:
+    if not isinstance(affinity, dict):
+        return []
+    errors: list[FieldError] = []
+    node = affinity.get("nodeAffinity") or {}
+    required_terms = node.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required_terms is not None:
+        errors += validate_node_selector(
+            required_terms, f"{path}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        )
+    for i, preferred in enumerate(
+        node.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+    ):
+        item = f"{path}.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+        weight = preferred.get("weight", 0)
+        if not isinstance(weight, int) or not 1 <= weight <= 100:
+            errors.append(invalid(f"{item}.weight", weight, "must be in the range 1-100"))
+        errors += validate_node_selector_term(
+            preferred.get("preference") or {}, f"{item}.preference"
+        )
+    for kind in ("podAffinity", "podAntiAffinity"):
+        section = affinity.get(kind) or {}
+        for i, term in enumerate(
+            section.get("requiredDuringSchedulingIgnoredDuringExecution") or ()
+        ):
+            errors += _validate_pod_affinity_term(
+                term, f"{path}.{kind}.requiredDuringSchedulingIgnoredDuringExecution[{i}]"
+            )
+        for i, weighted in enumerate(
+            section.get("preferredDuringSchedulingIgnoredDuringExecution") or ()
+        ):
+            item = f"{path}.{kind}.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            weight = weighted.get("weight", 0)
+            if not isinstance(weight, int) or not 1 <= weight <= 100:
+                errors.append(invalid(f"{item}.weight", weight, "must be in the range 1-100"))
+            errors += _validate_pod_affinity_term(
+                weighted.get("podAffinityTerm") or {}, f"{item}.podAffinityTerm"
+            )
+    return errors
+
+
+# --- pods ----------------------------------------------------------------------------------
+
+TAINT_EFFECTS: Final = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+RESTART_POLICIES: Final = ["Always", "OnFailure", "Never"]
+POD_UPDATE_FORBIDDEN: Final = (
+    "pod updates may not change fields other than `spec.containers[*].image`,"
+    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+    "(allow it to be set to 1 if it was previously negative)"
+)
+
+
+def _validate_containers(containers: Any, path: str, *, needed: bool) -> list[FieldError]:
+    if not containers:
+        return [required(path)] if needed else []
+    errors: list[FieldError] = []
+    seen: set[str] = set()
+    for i, container in enumerate(containers):
+        item = f"{path}[{i}]"
+        name = container.get("name") if isinstance(container, dict) else None
+        if not name:
+            errors.append(required(f"{item}.name"))
+        else:
+            errors += [invalid(f"{item}.name", name, m) for m in labels.is_dns1123_label(str(name))]
+            if name in seen:
+                errors.append(duplicate(f"{item}.name", name))
+            seen.add(str(name))
+        if not isinstance(container, dict) or not container.get("image"):
+            errors.append(required(f"{item}.image"))
+    return errors
+
+
+def _validate_tolerations(tolerations: Any, path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for i, toleration in enumerate(tolerations or ()):
+        item = f"{path}[{i}]"
+        key = toleration.get("key") or ""
+        if key:
+            errors += [invalid(f"{item}.key", key, m) for m in labels.is_qualified_name(key)]
+        operator = toleration.get("operator") or "Equal"
+        if operator == "Exists" and toleration.get("value"):
+            errors.append(
+                invalid(
+                    f"{item}.operator",
+                    toleration.get("value"),
+                    "value must be empty when `operator` is 'Exists'",
+                )
+            )
+        elif operator not in ("Exists", "Equal"):
+            errors.append(not_supported(f"{item}.operator", operator, ["Equal", "Exists"]))
+        if not key and operator != "Exists":
+            errors.append(
+                invalid(
+                    f"{item}.operator",
+                    operator,
+                    'operator must be Exists when `key` is empty, which means "match all values and all keys"',
+                )
+            )
+        effect = toleration.get("effect")
+        if effect and effect not in TAINT_EFFECTS:
+            errors.append(not_supported(f"{item}.effect", effect, TAINT_EFFECTS))
+    return errors
+
+
+def validate_pod_spec(
+    spec: Any, path: str, *, restart_policies: list[str] = RESTART_POLICIES
+) -> list[FieldError]:
+    if not isinstance(spec, dict):
+        return [required(f"{path}.containers")]
+    errors = _validate_containers(spec.get("containers"), f"{path}.containers", needed=True)
+    errors += _validate_containers(
+        spec.get("initContainers"), f"{path}.initContainers", needed=False
+    )
+    policy = spec.get("restartPolicy")
+    if policy is not None and policy not in restart_policies:
+        errors.append(not_supported(f"{path}.restartPolicy", policy, restart_policies))
+    if spec.get("nodeSelector") is not None:
+        errors += validate_labels(spec["nodeSelector"], f"{path}.nodeSelector")
+    errors += validate_affinity(spec.get("affinity"), f"{path}.affinity")
+    errors += _validate_tolerations(spec.get("tolerations"), f"{path}.tolerations")
+    return errors
+
+
+def _mutable_pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec with the fields a pod update may change blanked out."""
+    spec = json.loads(json.dumps(spec))
+    for group in ("containers", "initContainers"):
+        for container in spec.get(group) or ():
+            container.pop("image", None)
+    for key in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"):
+        spec.pop(key, None)
+    return spec
+
+
+def validate_pod_update(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+    new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
+    # Binding a pod (setting nodeName once) goes through pods/binding; a set nodeName is fixed.
+    if old_spec.get("nodeName") and new_spec.get("nodeName") != old_spec.get("nodeName"):
+        return [forbidden("spec", POD_UPDATE_FORBIDDEN)]
+    new_rest = {k: v for k, v in _mutable_pod_spec(new_spec).items() if k != "nodeName"}
+    old_rest = {k: v for k, v in _mutable_pod_spec(old_spec).items() if k != "nodeName"}
+    if new_rest != old_rest:
+        return [forbidden("spec", POD_UPDATE_FORBIDDEN)]
+    return []
+
+
+# --- other kinds ---------------------------------------------------------------------------
+
+_PERCENT: Final = re.compile(r"^([0-9]+)%$")
+
+
+def _int_or_percent(value: Any, path: str) -> list[FieldError]:
+    if isinstance(value, bool):
+        return [invalid(path, value, "must be an integer or percentage (e.g '5%')")]
+    if isinstance(value, int):
+        return [] if value >= 0 else [invalid(path, value, "must be greater than or equal to 0")]
+    if isinstance(value, str):
+        match = _PERCENT.match(value)
+        if not match:
+            return [
+                invalid(
+                    path,
+                    value,
+                    "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')",
+                )
+            ]
+        if int(match.group(1)) > 100:
+            return [invalid(path, value, "must not be greater than 100%")]
+        return []
+    return [invalid(path, value, "must be an integer or percentage (e.g '5%')")]
+
+
+def validate_pdb_spec(spec: Any) -> list[FieldError]:
+    if not isinstance(spec, dict):
+        return []
+    errors: list[FieldError] = []
+    if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+        errors.append(invalid("spec", spec, "minAvailable and maxUnavailable cannot be both set"))
+    for field in ("minAvailable", "maxUnavailable"):
+        if spec.get(field) is not None:
+            errors += _int_or_percent(spec[field], f"spec.{field}")
+    errors += validate_label_selector(spec.get("selector"), "spec.selector")
+    return errors
+
+
+def validate_workload_template(spec: Any, *, kind: str) -> list[FieldError]:
+    """Deployments, ReplicaSets, StatefulSets, DaemonSets: selector, template, replicas."""
+    if not isinstance(spec, dict):
+        return [required("spec.selector"), required("spec.template.spec.containers")]
+    errors: list[FieldError] = []
+    selector = spec.get("selector")
+    if selector is None:
+        errors.append(required("spec.selector"))
+    elif not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        errors.append(
+            invalid("spec.selector", selector, f"empty selector is invalid for {kind.lower()}")
+        )
+    else:
+        errors += validate_label_selector(selector, "spec.selector")
+    replicas = spec.get("replicas")
+    if replicas is not None and (not isinstance(replicas, int) or replicas < 0):
+        errors.append(invalid("spec.replicas", replicas, "must be greater than or equal to 0"))
+    template = spec.get("template") or {}
+    template_labels = (template.get("metadata") or {}).get("labels") or {}
+    if template_labels:
+        errors += validate_labels(template_labels, "spec.template.metadata.labels")
+    if selector and (selector.get("matchLabels") or selector.get("matchExpressions")):
+        from reconcile.selector import SelectorError, from_label_selector
+
+        try:
+            matches = from_label_selector(selector).matches(template_labels)
+        except SelectorError:
+            matches = True  # reported above as a selector error
+        if not matches:
+            errors.append(
+                invalid(
+                    "spec.template.metadata.labels",
+                    template_labels,
+                    "`selector` does not match template `labels`",
+                )
+            )
+    policies = (
+        ["Always"]
+        if kind in ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet")
+        else RESTART_POLICIES
+    )
+    errors += validate_pod_spec(
+        template.get("spec"), "spec.template.spec", restart_policies=policies
+    )
+    return errors
+
+
+def validate_taints(taints: Any, path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for i, taint in enumerate(taints or ()):
+        item = f"{path}[{i}]"
+        key = taint.get("key") or ""
+        if not key:
+            errors.append(required(f"{item}.key"))
+        else:
+            errors += [invalid(f"{item}.key", key, m) for m in labels.is_qualified_name(key)]
+        if taint.get("value"):
+            errors += [
+                invalid(f"{item}.value", taint["value"], m)
+                for m in labels.is_valid_label_value(taint["value"])
+            ]
+        effect = taint.get("effect")
+        if not effect:
+            errors.append(required(f"{item}.effect"))
+        elif effect not in TAINT_EFFECTS:
+            errors.append(not_supported(f"{item}.effect", effect, TAINT_EFFECTS))
+    return errors
+
+
+NAME_RULES: Final = {
+    ("", "Namespace"): NAME_DNS_LABEL,
+    ("rbac.authorization.k8s.io", "ClusterRole"): NAME_PATH_SEGMENT,
+    ("rbac.authorization.k8s.io", "ClusterRoleBinding"): NAME_PATH_SEGMENT,
+    ("rbac.authorization.k8s.io", "Role"): NAME_PATH_SEGMENT,
+    ("rbac.authorization.k8s.io", "RoleBinding"): NAME_PATH_SEGMENT,
+}
+
+
+def validate_object(
+    group: str,
+    kind: str,
+    obj: dict[str, Any],
+    *,
+    namespaced: bool,
+    old: dict[str, Any] | None = None,
+) -> list[FieldError]:
+    """Every error the API server would report for `obj` (of group/kind) on create or update."""
+    errors = validate_object_meta(
+        obj, namespaced=namespaced, name_rule=NAME_RULES.get((group, kind), NAME_DNS_SUBDOMAIN)
+    )
+    spec = obj.get("spec")
+    if (group, kind) == ("", "Pod"):
+        errors += validate_pod_spec(spec, "spec")
+        if old is not None:
+            errors += validate_pod_update(obj, old)
+    elif (group, kind) == ("", "Node"):
+        errors += validate_taints((spec or {}).get("taints"), "spec.taints")
+    elif (group, kind) == ("policy", "PodDisruptionBudget"):
+        errors += validate_pdb_spec(spec)
+    elif group == "apps" and kind in ("Deployment", "ReplicaSet", "DaemonSet", "StatefulSet"):
+        errors += validate_workload_template(spec, kind=kind)
+        if old is not None and (old.get("spec") or {}).get("selector") != (spec or {}).get(
+            "selector"
+        ):
+            errors.append(
+                invalid("spec.selector", (spec or {}).get("selector"), "field is immutable")
+            )
+    elif (group, kind) == ("batch", "Job"):
+        template = (spec or {}).get("template") or {}
+        errors += validate_pod_spec(
+            template.get("spec"), "spec.template.spec", restart_policies=["OnFailure", "Never"]
+        )
+    return errors

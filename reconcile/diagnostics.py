@@ -1,0 +1,135 @@
+"""Diagnostics (user mistakes, collected and reported together) and the error hierarchy.
+
+A `Diagnostic` is a problem with the input that the user can fix in a file: it carries
+where (file:line:col), what (summary) and what is allowed (detail). Errors raised as
+exceptions are the ones that stop an operation: the cluster refused, could not be
+reached, or a saved plan no longer matches it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class Severity(enum.StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, order=True)
+class Source:
+    """A position in a desired-state file; line and column count from 1."""
+
+    file: str
+    line: int = 0
+    column: int = 0
+
+    def __str__(self) -> str:
+        if not self.line:
+            return self.file
+        return f"{self.file}:{self.line}:{self.column or 1}"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    severity: Severity
+    summary: str
+    source: Source | None = None
+    detail: str = ""
+
+    @property
+    def message(self) -> str:
+        return f"{self.summary}: {self.detail}" if self.detail else self.summary
+
+    def __str__(self) -> str:
+        prefix = f"{self.source}: " if self.source else ""
+        tag = "" if self.severity is Severity.ERROR else f"{self.severity}: "
+        return f"{prefix}{tag}{self.message}"
+
+
+def error(summary: str, source: Source | None = None, detail: str = "") -> Diagnostic:
+    return Diagnostic(Severity.ERROR, summary, source, detail)
+
+
+def warning(summary: str, source: Source | None = None, detail: str = "") -> Diagnostic:
+    return Diagnostic(Severity.WARNING, summary, source, detail)
+
+
+def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
+    return any(d.severity is Severity.ERROR for d in diagnostics)
+
+
+def sort_key(diagnostic: Diagnostic) -> tuple[str, int, int, str]:
+    source = diagnostic.source or Source("")
+    return (source.file, source.line, source.column, diagnostic.summary)
+
+
+def relative(path: Path, base: Path | None = None) -> str:
+    """A path as the user should see it: relative to the working directory when inside it."""
+    base = base or Path.cwd()
+    try:
+        return str(path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)
+
+
+class ReconcileError(Exception):
+    """Something stopped an operation; the message is for the user as it stands."""
+
+
+class InvalidInput(ReconcileError):
+    """The desired state has errors; nothing was sent to the cluster."""
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        super().__init__(f"{sum(1 for d in diagnostics if d.severity is Severity.ERROR)} error(s)")
+        self.diagnostics = diagnostics
+
+
+class ConfigError(ReconcileError):
+    """No usable kubeconfig, context or credentials."""
+
+
+class ClusterUnreachable(ReconcileError):
+    """The API server could not be reached or did not answer in time."""
+
+
+class ApiError(ReconcileError):
+    """The API server answered with a failure Status; reason and message are the server's."""
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        causes: tuple[dict[str, str], ...] = (),
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{message} ({status} {reason})" if message else f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.causes = causes
+        self.retry_after = retry_after
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    """409: a resourceVersion precondition failed, or a server-side apply field conflict."""
+
+
+class Invalid(ApiError):
+    """422: the server refused the object as invalid."""
+
+
+class TooManyRequests(ApiError):
+    """429: throttled, or an eviction refused by a PodDisruptionBudget."""
+
+
+class StalePlan(ReconcileError):
+    """A saved plan was computed from a state of the cluster that has moved since."""

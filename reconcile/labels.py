@@ -1,0 +1,202 @@
+"""Label keys and values, checked exactly as the Kubernetes API server checks them.
+
+The messages are those of k8s.io/apimachinery/pkg/util/validation (v1.36): the same
+words reach the user whether `reconcile validate` finds the problem offline or the API
+server refuses a request, and the sandbox answers with them too.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+LABEL_VALUE_MAX_LENGTH: Final = 63
+QUALIFIED_NAME_MAX_LENGTH: Final = 63
+DNS1123_SUBDOMAIN_MAX_LENGTH: Final = 253
+
+_QUALIFIED_NAME_CHAR_FMT = "[A-Za-z0-9]"
+_QUALIFIED_NAME_EXT_CHAR_FMT = "[-A-Za-z0-9_.]"
+QUALIFIED_NAME_FMT: Final = (
+    f"({_QUALIFIED_NAME_CHAR_FMT}{_QUALIFIED_NAME_EXT_CHAR_FMT}*)?{_QUALIFIED_NAME_CHAR_FMT}"
+)
+QUALIFIED_NAME_ERR_MSG: Final = (
+    "must consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character"
+)
+LABEL_VALUE_FMT: Final = f"({QUALIFIED_NAME_FMT})?"
+LABEL_VALUE_ERR_MSG: Final = (
+    "a valid label must be an empty string or consist of alphanumeric characters, "
+    "'-', '_' or '.', and must start and end with an alphanumeric character"
+)
+DNS1123_LABEL_FMT: Final = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN_FMT: Final = f"{DNS1123_LABEL_FMT}(\\.{DNS1123_LABEL_FMT})*"
+DNS1123_SUBDOMAIN_ERR_MSG: Final = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+    "'-' or '.', and must start and end with an alphanumeric character"
+)
+DNS1123_LABEL_MAX_LENGTH: Final = 63
+DNS1123_LABEL_ERR_MSG: Final = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character"
+)
+
+_QUALIFIED_NAME_RE = re.compile(QUALIFIED_NAME_FMT)
+_LABEL_VALUE_RE = re.compile(LABEL_VALUE_FMT)
+_DNS1123_SUBDOMAIN_RE = re.compile(DNS1123_SUBDOMAIN_FMT)
+_DNS1123_LABEL_RE = re.compile(DNS1123_LABEL_FMT)
+_OUTSIDE_VALUE_ALPHABET = re.compile(r"[^A-Za-z0-9_.-]")
+_NON_ALNUM_EDGES = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+
+
+def empty_error() -> str:
+    return "must be non-empty"
+
+
+def max_len_error(length: int, unit: str = "characters") -> str:
+    """util/validation says "characters"; the api/validate/content package, which checks
+    label keys and values since v1.35, says "bytes". Both count bytes (Go's len)."""
+    return f"must be no more than {length} {unit}"
+
+
+def regex_error(msg: str, fmt: str, *examples: str) -> str:
+    """apimachinery's RegexError, double spaces between examples included."""
+    if not examples:
+        return f"{msg} (regex used for validation is '{fmt}')"
+    quoted = " or ".join(f"'{example}', " for example in examples)
+    return f"{msg} (e.g. {quoted}regex used for validation is '{fmt}')"
+
+
+def _byte_len(value: str) -> int:
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def is_dns1123_subdomain(value: str, *, unit: str = "characters") -> list[str]:
+    errors = []
+    if _byte_len(value) > DNS1123_SUBDOMAIN_MAX_LENGTH:
+        errors.append(max_len_error(DNS1123_SUBDOMAIN_MAX_LENGTH, unit))
+    if not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
+        errors.append(regex_error(DNS1123_SUBDOMAIN_ERR_MSG, DNS1123_SUBDOMAIN_FMT, "example.com"))
+    return errors
+
+
+def is_dns1123_label(value: str) -> list[str]:
+    errors = []
+    if _byte_len(value) > DNS1123_LABEL_MAX_LENGTH:
+        errors.append(max_len_error(DNS1123_LABEL_MAX_LENGTH))
+    if not _DNS1123_LABEL_RE.fullmatch(value):
+        if _DNS1123_SUBDOMAIN_RE.fullmatch(value):
+            # A valid subdomain but not a label: the length was checked, so it is the dots.
+            errors.append("must not contain dots")
+        else:
+            errors.append(
+                regex_error(DNS1123_LABEL_ERR_MSG, DNS1123_LABEL_FMT, "my-name", "123-abc")
+            )
+    return errors
+
+
+def is_qualified_name(value: str) -> list[str]:
+    """Problems with a label key (or any qualified name); empty when it is valid.
+
+    The v1.36 form (api/validate/content.IsLabelKey): lengths in bytes, "a valid label
+    key" for a key with more than one '/'.
+    """
+    errors: list[str] = []
+    parts = value.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            errors.append("prefix part " + empty_error())
+        else:
+            errors.extend(
+                "prefix part " + msg for msg in is_dns1123_subdomain(prefix, unit="bytes")
+            )
+    else:
+        return [
+            "a valid label key "
+            + regex_error(
+                QUALIFIED_NAME_ERR_MSG, QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc"
+            )
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    if not name:
+        errors.append("name part " + empty_error())
+    elif _byte_len(name) > QUALIFIED_NAME_MAX_LENGTH:
+        errors.append("name part " + max_len_error(QUALIFIED_NAME_MAX_LENGTH, "bytes"))
+    if not _QUALIFIED_NAME_RE.fullmatch(name):
+        errors.append(
+            "name part "
+            + regex_error(
+                QUALIFIED_NAME_ERR_MSG, QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc"
+            )
+        )
+    return errors
+
+
+def is_valid_label_value(value: str) -> list[str]:
+    """Problems with a label value; empty when it is valid (the empty string is valid)."""
+    errors = []
+    if _byte_len(value) > LABEL_VALUE_MAX_LENGTH:
+        errors.append(max_len_error(LABEL_VALUE_MAX_LENGTH, "bytes"))
+    if not _LABEL_VALUE_RE.fullmatch(value):
+        errors.append(
+            regex_error(LABEL_VALUE_ERR_MSG, LABEL_VALUE_FMT, "MyValue", "my_value", "12345")
+        )
+    return errors
+
+
+def label_errors(labels: dict[str, str]) -> list[tuple[str, str]]:
+    """(bad value, message) pairs as metav1validation.ValidateLabels finds them, sorted by key.
+
+    The field of every such error is `metadata.labels`; the bad value is the key or the
+    value, whichever is wrong.
+    """
+    found: list[tuple[str, str]] = []
+    for key in sorted(labels):
+        found.extend((key, msg) for msg in is_qualified_name(key))
+        found.extend((labels[key], msg) for msg in is_valid_label_value(labels[key]))
+    return found
+
+
+def sanitize_label_value(raw: str) -> str:
+    """A vendor string made into a valid label value, or "" when nothing is left.
+
+    Replace every character outside [A-Za-z0-9_.-] with '-', truncate to 63, then trim
+    non-alphanumerics from both ends. Truncating before trimming matters: a '-' that
+    lands on position 63 must not survive.
+    """
+    replaced = _OUTSIDE_VALUE_ALPHABET.sub("-", raw)
+    return _NON_ALNUM_EDGES.sub("", replaced[:LABEL_VALUE_MAX_LENGTH])
+
+
+def go_quote(value: str) -> str:
+    """Go's %q (strconv.Quote), which the API server uses to show a bad value."""
+    out = ['"']
+    for char in value:
+        code = ord(char)
+        if char in ('"', "\\"):
+            out.append("\\" + char)
+        elif char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        elif code < 0x80:
+            out.append(f"\\x{code:02x}")
+        elif code < 0x10000:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
+
+
+_GO_ESCAPES: Final = {
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}

@@ -1,0 +1,592 @@
+"""Reads desired/ into a validated `DesiredState`, with every problem found as a diagnostic.
+
+YAML is composed with ruamel.yaml and turned into plain data here, by hand, so that each
+value keeps its file:line:col, every duplicate key is seen (not just the first), and
+aliases never expand. The `.env` (NFD local feature file) and `.csv` (support matrix)
+compat formats are read here too.
+
+Layout:
+    desired/nodes/*.yaml|*.yml     NodeFeatures (several documents per file allowed)
+    desired/nodes/*.env            one node's labels, NFD local-feature-file format
+    desired/drivers/*.yaml|*.yml   DriverSupportMatrix
+    desired/drivers/*.csv          driver_branch,kernel,os_tag
+    desired/workloads/**.yaml      plain Kubernetes manifests
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from reconcile import diagnostics as diag
+from reconcile import labels
+from reconcile.diagnostics import Diagnostic, Source
+from reconcile.models import (
+    API_VERSION,
+    DRIVER_SUPPORT_MATRIX,
+    KINDS,
+    NODE_FEATURES,
+    DesiredNode,
+    DesiredState,
+    DriverImage,
+    DriverSupportMatrix,
+    Manifest,
+    MatrixRow,
+    NodeFeatures,
+)
+
+YAML_SUFFIXES: Final = (".yaml", ".yml")
+CSV_HEADER: Final = ("driver_branch", "kernel", "os_tag")
+# NFD puts unprefixed names of a local feature file under this prefix; so do we.
+NFD_DEFAULT_PREFIX: Final = "feature.node.kubernetes.io/"
+
+_STR: Final = "tag:yaml.org,2002:str"
+_NULL: Final = "tag:yaml.org,2002:null"
+_MERGE: Final = "tag:yaml.org,2002:merge"
+_SCALAR_TAG_NAMES: Final = {
+    "tag:yaml.org,2002:int": "an integer",
+    "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:bool": "a boolean",
+    "tag:yaml.org,2002:timestamp": "a date",
+    _NULL: "null",
+}
+
+PathT = tuple[str | int, ...]
+
+
+# --- YAML with positions ---------------------------------------------------------------
+
+
+@dataclass
+class YamlDocument:
+    """One YAML document as plain data, with the position of every key and value."""
+
+    data: Any
+    file: str
+    start: tuple[int, int]
+    values: dict[PathT, tuple[int, int]] = field(default_factory=dict)
+    keys: dict[PathT, tuple[int, int]] = field(default_factory=dict)
+    # Non-string scalars as written, for "quote it" hints: path -> (tag, source text).
+    scalars: dict[PathT, tuple[str, str]] = field(default_factory=dict)
+
+    def at(self, path: PathT, *, key: bool = False) -> Source:
+        """Where `path` is written; the nearest enclosing value when it is not."""
+        if key and path in self.keys:
+            return Source(self.file, *self.keys[path])
+        for end in range(len(path), 0, -1):
+            if path[:end] in self.values:
+                return Source(self.file, *self.values[path[:end]])
+        return Source(self.file, *self.start)
+
+
+class _Composer:
+    """Builds plain data from composed YAML nodes, collecting problems instead of raising."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.problems: list[Diagnostic] = []
+        self._scalar_loader = YAML(typ="safe", pure=True)
+
+    def document(self, root: Node) -> YamlDocument:
+        start = (root.start_mark.line + 1, root.start_mark.column + 1)
+        doc = YamlDocument(data=None, file=self.file, start=start)
+        doc.data = self._value(root, (), doc, set())
+        return doc
+
+    def _where(self, node: Node) -> Source:
+        return Source(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+
+    def _value(self, node: Node, path: PathT, doc: YamlDocument, seen: set[int]) -> Any:
+        doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if getattr(node, "anchor", None) or id(node) in seen:
+            # Refusing anchors and aliases outright keeps every value reviewable in a
+            # diff and makes "billion laughs" documents harmless: nothing is expanded.
+            self.problems.append(
+                diag.error(
+                    "YAML anchors and aliases are not allowed",
+                    self._where(node),
+                    "write the value out in full (desired state is reviewed line by line)",
+                )
+            )
+            return None
+        seen.add(id(node))
+        if isinstance(node, MappingNode):
+            return self._mapping(node, path, doc, seen)
+        if isinstance(node, SequenceNode):
+            return [self._value(item, (*path, i), doc, seen) for i, item in enumerate(node.value)]
+        if isinstance(node, ScalarNode):
+            return self._scalar(node, path, doc)
+        return None
+
+    def _mapping(
+        self, node: MappingNode, path: PathT, doc: YamlDocument, seen: set[int]
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        first_seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE:
+                self.problems.append(
+                    diag.error(
+                        "YAML merge keys (<<) are not allowed",
+                        self._where(key_node),
+                        "write the keys out in full",
+                    )
+                )
+                continue
+            if not isinstance(key_node, ScalarNode) or key_node.tag not in (_STR,):
+                shown = key_node.value if isinstance(key_node, ScalarNode) else "a collection"
+                self.problems.append(
+                    diag.error(
+                        f"mapping keys must be strings, not {shown}",
+                        self._where(key_node),
+                        "quote the key",
+                    )
+                )
+                continue
+            key = str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in first_seen:
+                self.problems.append(
+                    diag.error(
+                        f"duplicate key {labels.go_quote(key)}",
+                        self._where(key_node),
+                        f"first defined on line {first_seen[key]}; a key may appear once",
+                    )
+                )
+                continue
+            first_seen[key] = line
+            child = (*path, key)
+            doc.keys[child] = (line, key_node.start_mark.column + 1)
+            result[key] = self._value(value_node, child, doc, seen)
+        return result
+
+    def _scalar(self, node: ScalarNode, path: PathT, doc: YamlDocument) -> Any:
+        if node.tag == _STR:
+            return str(node.value)
+        if node.tag in _SCALAR_TAG_NAMES:
+            if node.tag != _NULL:
+                doc.scalars[path] = (node.tag, str(node.value))
+            return self._scalar_loader.constructor.construct_object(node)
+        self.problems.append(
+            diag.error(
+                f"unsupported YAML tag {node.tag}",
+                self._where(node),
+                "only the standard tags (!!str, !!int, ...) are understood",
+            )
+        )
+        return None
+
+
+def parse_yaml(text: str, file: str) -> tuple[list[YamlDocument], list[Diagnostic]]:
+    """Every non-empty document of a YAML stream, or the syntax error that stops it."""
+    composer = _Composer(file)
+    documents: list[YamlDocument] = []
+    try:
+        for root in YAML(typ="rt").compose_all(io.StringIO(text)):
+            if root is None or (isinstance(root, ScalarNode) and root.tag == _NULL):
+                continue  # an empty document (`---` followed by nothing), as kubectl skips it
+            documents.append(composer.document(root))
+    except MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = Source(file, mark.line + 1, mark.column + 1) if mark else Source(file)
+        problem = " ".join(p for p in (e.context, e.problem) if p)
+        composer.problems.append(diag.error("malformed YAML", where, problem or str(e)))
+    except YAMLError as e:
+        composer.problems.append(diag.error("malformed YAML", Source(file), str(e)))
+    return documents, composer.problems
+
+
+# --- pydantic errors -> diagnostics --------------------------------------------------------
+
+
+def _model_problems(
+    error: ValidationError, doc: YamlDocument, model: type[BaseModel]
+) -> list[Diagnostic]:
+    found = []
+    for item in error.errors(include_url=False):
+        loc: PathT = tuple(item["loc"])
+        kind = item["type"]
+        if loc and loc[-1] == "[key]":
+            found.append(diag.error(item["msg"], doc.at(loc[:-1], key=True)))
+            continue
+        shown = ".".join(str(p) for p in loc)
+        if kind == "extra_forbidden":
+            allowed = ", ".join(_fields_at(model, loc[:-1]))
+            found.append(
+                diag.error(
+                    f"unknown field {shown!r}", doc.at(loc, key=True), f"allowed here: {allowed}"
+                )
+            )
+        elif kind == "missing":
+            found.append(diag.error(f"missing required field {shown!r}", doc.at(loc[:-1])))
+        elif kind == "literal_error":
+            expected = item.get("ctx", {}).get("expected", "")
+            found.append(diag.error(f"{shown} must be {expected}", doc.at(loc)))
+        elif kind == "string_type" and loc in doc.scalars:
+            tag, text = doc.scalars[loc]
+            found.append(
+                diag.error(
+                    f"{shown}: must be a string, but YAML reads {text} as "
+                    f"{_SCALAR_TAG_NAMES[tag]} ({item['input']!r})",
+                    doc.at(loc),
+                    f'quote it to keep it exactly as written: "{text}"',
+                )
+            )
+        elif kind.startswith(("label_", "object_name")):
+            found.append(diag.error(f"{shown}: {item['msg']}", doc.at(loc)))
+        else:
+            found.append(diag.error(f"{shown}: {item['msg']}", doc.at(loc)))
+    return found
+
+
+def _fields_at(model: type[BaseModel], loc: PathT) -> list[str]:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = getattr(current, "model_fields", {}).get(part)
+        if info is None:
+            return []
+        annotation = info.annotation
+        args = getattr(annotation, "__args__", ())
+        current = next((a for a in (annotation, *args) if hasattr(a, "model_fields")), None)
+        if current is None:
+            return []
+    return list(getattr(current, "model_fields", {}))
+
+
+# --- the desired/ tree ---------------------------------------------------------------------
+
+
+class _Loader:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.problems: list[Diagnostic] = []
+        self.nodes: dict[str, DesiredNode] = {}
+        self.matrix: dict[str, MatrixRow] = {}
+        self.manifests: list[Manifest] = []
+
+    def name(self, path: Path) -> str:
+        return diag.relative(path)
+
+    def load(self) -> DesiredState:
+        if not self.root.is_dir():
+            self.problems.append(
+                diag.error(
+                    f"desired state directory not found: {self.name(self.root)}",
+                    detail="pass --desired DIR or run from the directory that holds desired/",
+                )
+            )
+            return DesiredState()
+        for path in _files(self.root):
+            relative = path.relative_to(self.root)
+            area = relative.parts[0] if len(relative.parts) > 1 else ""
+            suffix = path.suffix.lower()
+            if area == "nodes" and len(relative.parts) == 2 and suffix in YAML_SUFFIXES:
+                self._yaml_file(path, NODE_FEATURES)
+            elif area == "nodes" and len(relative.parts) == 2 and suffix == ".env":
+                self._env_file(path)
+            elif area == "drivers" and len(relative.parts) == 2 and suffix in YAML_SUFFIXES:
+                self._yaml_file(path, DRIVER_SUPPORT_MATRIX)
+            elif area == "drivers" and len(relative.parts) == 2 and suffix == ".csv":
+                self._csv_file(path)
+            elif area == "workloads" and suffix in (*YAML_SUFFIXES, ".json"):
+                self._manifest_file(path)
+            elif suffix in (*YAML_SUFFIXES, ".env", ".csv", ".json"):
+                self.problems.append(
+                    diag.warning(
+                        "file ignored",
+                        Source(self.name(path)),
+                        "desired state lives in nodes/*.yaml|*.env, drivers/*.yaml|*.csv "
+                        "and workloads/**.yaml",
+                    )
+                )
+        return DesiredState(
+            nodes=dict(sorted(self.nodes.items())),
+            matrix=tuple(sorted(self.matrix.values(), key=lambda r: r.tag)),
+            manifests=tuple(self.manifests),
+        )
+
+    def _read(self, path: Path) -> str | None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            self.problems.append(
+                diag.error("file is not UTF-8 text", Source(self.name(path)), str(e))
+            )
+            return None
+        except OSError as e:
+            self.problems.append(
+                diag.error("cannot read file", Source(self.name(path)), e.strerror or str(e))
+            )
+            return None
+        if not text.strip():
+            self.problems.append(
+                diag.error(
+                    "empty file",
+                    Source(self.name(path), 1, 1),
+                    "remove it or declare something in it",
+                )
+            )
+            return None
+        return text
+
+    def _yaml_documents(self, path: Path, expected: str) -> Iterator[YamlDocument]:
+        text = self._read(path)
+        if text is None:
+            return
+        documents, problems = parse_yaml(text, self.name(path))
+        self.problems.extend(problems)
+        if not documents and not problems:
+            self.problems.append(
+                diag.error(
+                    "empty file", Source(self.name(path), 1, 1), f"expected a {expected} document"
+                )
+            )
+        if problems:
+            return  # positions may be off after a syntax or structure error; fix those first
+        yield from documents
+
+    def _yaml_file(self, path: Path, expected_kind: str) -> None:
+        for doc in self._yaml_documents(path, expected_kind):
+            if not isinstance(doc.data, dict):
+                self.problems.append(
+                    diag.error(f"expected a mapping (a {expected_kind} document)", doc.at(()))
+                )
+                continue
+            kind = doc.data.get("kind")
+            if kind != expected_kind:
+                where = doc.at(("kind",)) if "kind" in doc.data else doc.at(())
+                area = "nodes" if expected_kind == NODE_FEATURES else "drivers"
+                if kind is None:
+                    summary = "missing required field 'kind'"
+                elif kind in KINDS:
+                    summary = f"kind {kind} does not belong in desired/{area}/"
+                else:
+                    summary = f"unknown kind {labels.go_quote(str(kind))}"
+                self.problems.append(
+                    diag.error(
+                        summary,
+                        where,
+                        f"allowed in desired/{area}/: kind {expected_kind}, apiVersion {API_VERSION}",
+                    )
+                )
+                continue
+            if expected_kind == NODE_FEATURES:
+                self._node_features(doc)
+            else:
+                self._matrix_document(doc)
+
+    def _node_features(self, doc: YamlDocument) -> None:
+        try:
+            model = NodeFeatures.model_validate(doc.data)
+        except ValidationError as e:
+            self.problems.extend(_model_problems(e, doc, NodeFeatures))
+            return
+        label_sources = {key: doc.at(("labels", key), key=True) for key in model.labels}
+        self._add_node(
+            DesiredNode(
+                model.metadata.name, dict(model.labels), doc.at(("metadata", "name")), label_sources
+            )
+        )
+
+    def _add_node(self, node: DesiredNode) -> None:
+        first = self.nodes.get(node.name)
+        if first is not None:
+            self.problems.append(
+                diag.error(
+                    f"node {node.name} is declared twice",
+                    node.source,
+                    f"first declared at {first.source}; declare each node in one file",
+                )
+            )
+            return
+        self.nodes[node.name] = node
+
+    def _env_file(self, path: Path) -> None:
+        text = self._read(path)
+        if text is None:
+            return
+        file = self.name(path)
+        values: dict[str, str] = {}
+        lines: dict[str, int] = {}
+        for number, raw in enumerate(text.splitlines(), start=1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, sep, value = line.partition("=")
+            key = key.strip()
+            # NFD: a name without a value means "true"; a name without a prefix is a feature.
+            value = value if sep else "true"
+            if key and "/" not in key:
+                key = NFD_DEFAULT_PREFIX + key
+            if key in lines:
+                self.problems.append(
+                    diag.error(
+                        f"duplicate key {labels.go_quote(key)}",
+                        Source(file, number, 1),
+                        f"first defined on line {lines[key]}; a key may appear once",
+                    )
+                )
+                continue
+            lines[key] = number
+            values[key] = value
+        if not lines:
+            self.problems.append(
+                diag.error("empty file", Source(file, 1, 1), "expected key=value lines")
+            )
+            return
+        document = {
+            "apiVersion": API_VERSION,
+            "kind": NODE_FEATURES,
+            "metadata": {"name": path.stem},
+            "labels": values,
+        }
+        doc = YamlDocument(data=document, file=file, start=(1, 1))
+        for key, number in lines.items():
+            doc.keys[("labels", key)] = (number, 1)
+            doc.values[("labels", key)] = (number, len(key) + 2)
+        doc.values[("metadata", "name")] = (1, 1)
+        self._node_features(doc)
+
+    def _matrix_document(self, doc: YamlDocument) -> None:
+        try:
+            model = DriverSupportMatrix.model_validate(doc.data)
+        except ValidationError as e:
+            self.problems.extend(_model_problems(e, doc, DriverSupportMatrix))
+            return
+        for index, image in enumerate(model.rows):
+            self._add_row(
+                MatrixRow(image.branch, image.kernel, image.osTag, doc.at(("rows", index)))
+            )
+
+    def _add_row(self, row: MatrixRow) -> None:
+        first = self.matrix.get(row.tag)
+        if first is not None:
+            self.problems.append(
+                diag.error(
+                    f"duplicate support-matrix row {row.tag}",
+                    row.source,
+                    f"first listed at {first.source}",
+                )
+            )
+            return
+        self.matrix[row.tag] = row
+
+    def _csv_file(self, path: Path) -> None:
+        text = self._read(path)
+        if text is None:
+            return
+        file = self.name(path)
+        reader = csv.reader(io.StringIO(text))
+        try:
+            header = next(reader)
+        except (StopIteration, csv.Error) as e:
+            self.problems.append(diag.error("malformed CSV", Source(file, 1, 1), str(e)))
+            return
+        if tuple(h.strip() for h in header) != CSV_HEADER:
+            self.problems.append(
+                diag.error(
+                    f"bad CSV header {','.join(header)!r}",
+                    Source(file, 1, 1),
+                    f"the first line must be exactly {','.join(CSV_HEADER)}",
+                )
+            )
+            return
+        try:
+            for cells in reader:
+                line = reader.line_num
+                if not any(c.strip() for c in cells):
+                    continue
+                self._csv_row(cells, Source(file, line, 1))
+        except csv.Error as e:
+            self.problems.append(
+                diag.error("malformed CSV", Source(file, reader.line_num, 1), str(e))
+            )
+
+    def _csv_row(self, cells: list[str], where: Source) -> None:
+        if len(cells) != len(CSV_HEADER):
+            self.problems.append(
+                diag.error(
+                    f"expected {len(CSV_HEADER)} fields, found {len(cells)}",
+                    where,
+                    ",".join(CSV_HEADER),
+                )
+            )
+            return
+        row = dict(zip(CSV_HEADER, (c.strip() for c in cells), strict=True))
+        blank = [name for name, value in row.items() if not value]
+        if blank:
+            self.problems.append(
+                diag.error(f"blank field {', '.join(blank)}", where, "every column needs a value")
+            )
+            return
+        try:
+            image = DriverImage(
+                branch=row["driver_branch"], kernel=row["kernel"], osTag=row["os_tag"]
+            )
+        except ValidationError as e:
+            columns = {"branch": "driver_branch", "kernel": "kernel", "osTag": "os_tag"}
+            for item in e.errors(include_url=False):
+                column = columns.get(str(item["loc"][0]), str(item["loc"][0]))
+                self.problems.append(diag.error(f"{column}: {item['msg']}", where))
+            return
+        self._add_row(MatrixRow(image.branch, image.kernel, image.osTag, where))
+
+    def _manifest_file(self, path: Path) -> None:
+        for doc in self._yaml_documents(path, "Kubernetes object"):
+            where = doc.at(())
+            body = doc.data
+            if not isinstance(body, dict):
+                self.problems.append(diag.error("expected a Kubernetes object (a mapping)", where))
+                continue
+            missing = [
+                name
+                for name, present in (
+                    ("apiVersion", isinstance(body.get("apiVersion"), str) and body["apiVersion"]),
+                    ("kind", isinstance(body.get("kind"), str) and body["kind"]),
+                    (
+                        "metadata.name",
+                        isinstance(body.get("metadata"), dict)
+                        and isinstance(body["metadata"].get("name"), str)
+                        and body["metadata"]["name"],
+                    ),
+                )
+                if not present
+            ]
+            if missing:
+                self.problems.append(
+                    diag.error(
+                        f"missing required field {', '.join(missing)}",
+                        where,
+                        "every manifest needs apiVersion, kind and metadata.name",
+                    )
+                )
+                continue
+            self.manifests.append(Manifest(body, where))
+
+
+def _files(root: Path) -> Iterator[Path]:
+    """Files under root in a stable order, skipping hidden files and directories."""
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        if path.is_file():
+            yield path
+
+
+def load_desired(root: Path) -> tuple[DesiredState, list[Diagnostic]]:
+    """The desired state under `root` and every problem found in it, sorted by position."""
+    loader = _Loader(root)
+    state = loader.load()
+    return state, sorted(loader.problems, key=diag.sort_key)

@@ -1,0 +1,159 @@
+"""Executes a `Plan`: one atomic PATCH per drifted node, guarded by its resourceVersion.
+
+Two ways in, as in terraform:
+- a fresh plan (no plan file): a 409 means another writer got there first; the node is
+  read again and re-planned, and written again only if the drift is still there;
+- a saved plan: it must still describe the cluster. Every planned node is checked before
+  anything is written, and a node that moves on while applying stops with "plan is
+  stale" instead of overwriting a newer value with an old decision.
+
+A change counts as applied only when the object the server returns carries it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from reconcile.diagnostics import Conflict, ReconcileError, StalePlan
+from reconcile.diff import LabelChange
+from reconcile.models import DesiredState, LiveNode
+from reconcile.plan import MissingNode, NodePlan, Plan, plan_node
+
+MAX_CONFLICT_RETRIES: Final = 5
+
+
+class NodeWriter(Protocol):
+    """What apply needs from the cluster (cluster.Cluster provides it)."""
+
+    def list_nodes(self) -> list[LiveNode]: ...
+
+    def get_node(self, name: str) -> LiveNode: ...
+
+    def patch_node(self, name: str, patch: dict[str, object]) -> LiveNode: ...
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    name: str
+    applied: tuple[LabelChange, ...] = ()
+    error: str | None = None
+    conflicts: int = 0
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    nodes: tuple[NodeResult, ...] = ()
+    missingNodes: tuple[MissingNode, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def failed(self) -> tuple[NodeResult, ...]:
+        return tuple(n for n in self.nodes if n.error is not None)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.missingNodes
+
+    def lines(self) -> Iterable[tuple[str, LabelChange]]:
+        for node in self.nodes:
+            for change in node.applied:
+                yield node.name, change
+
+
+def check_fresh(plan: Plan, live: Iterable[LiveNode]) -> None:
+    """Raise StalePlan when any planned node changed since the plan was made."""
+    versions = {node.name: node.resource_version for node in live}
+    moved = []
+    for node in plan.nodes:
+        now = versions.get(node.name)
+        if now != node.resourceVersion:
+            shown = "deleted" if now is None else f"resourceVersion {node.resourceVersion} -> {now}"
+            moved.append(f"{node.name} ({shown})")
+    if moved:
+        raise StalePlan(
+            "plan is stale: " + ", ".join(moved) + " changed since the plan was made; "
+            "nothing was applied. Run `reconcile plan` again."
+        )
+
+
+def apply_plan(
+    plan: Plan,
+    cluster: NodeWriter,
+    *,
+    desired: DesiredState | None = None,
+    parallel: int = 1,
+) -> ApplyResult:
+    """Apply every node of `plan`. With `desired`, a conflicting node is re-planned;
+    without it (a saved plan) a conflict stops that node as stale."""
+
+    def one(node_plan: NodePlan) -> NodeResult:
+        if desired is None:
+            return _apply_saved(node_plan, cluster)
+        return _apply_fresh(
+            node_plan,
+            cluster,
+            lambda live: plan_node(desired.nodes[node_plan.name], live, prune=plan.prune),
+        )
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        results = list(pool.map(one, plan.nodes))
+    return ApplyResult(nodes=tuple(results), missingNodes=plan.missingNodes)
+
+
+def _confirmed(node_plan: NodePlan, returned: LiveNode, conflicts: int) -> NodeResult:
+    missing = node_plan.converged(returned)
+    if missing:
+        keys = ", ".join(change.key for change in missing)
+        return NodeResult(
+            node_plan.name,
+            applied=tuple(c for c in node_plan.changes if c not in missing),
+            error=f"the server's answer does not carry {keys}",
+            conflicts=conflicts,
+        )
+    return NodeResult(node_plan.name, applied=node_plan.changes, conflicts=conflicts)
+
+
+def _apply_saved(node_plan: NodePlan, cluster: NodeWriter) -> NodeResult:
+    try:
+        returned = cluster.patch_node(node_plan.name, node_plan.patch())
+    except Conflict:
+        return NodeResult(
+            node_plan.name,
+            error="plan is stale: the node changed after the plan was made; nothing applied to it",
+        )
+    except ReconcileError as e:
+        return NodeResult(node_plan.name, error=str(e))
+    return _confirmed(node_plan, returned, 0)
+
+
+def _apply_fresh(
+    node_plan: NodePlan,
+    cluster: NodeWriter,
+    replan: Callable[[LiveNode], NodePlan | None],
+) -> NodeResult:
+    current: NodePlan | None = node_plan
+    conflicts = 0
+    while current is not None:
+        try:
+            returned = cluster.patch_node(current.name, current.patch())
+        except Conflict:
+            conflicts += 1
+            if conflicts > MAX_CONFLICT_RETRIES:
+                return NodeResult(
+                    node_plan.name,
+                    error=f"kept conflicting with other writers ({conflicts} times); try again",
+                    conflicts=conflicts,
+                )
+            try:
+                current = replan(cluster.get_node(current.name))
+            except ReconcileError as e:
+                return NodeResult(node_plan.name, error=str(e), conflicts=conflicts)
+            continue
+        except ReconcileError as e:
+            return NodeResult(node_plan.name, error=str(e), conflicts=conflicts)
+        return _confirmed(current, returned, conflicts)
+    # Another writer made the node match while we were retrying: nothing left to do.
+    return NodeResult(node_plan.name, conflicts=conflicts)

@@ -1,0 +1,150 @@
+"""The plan: a frozen value that says what apply will change, and from which state.
+
+Every drifted node records the resourceVersion it was planned against, so a saved plan
+can be refused as stale when its node moved on, and every write carries that version
+as a precondition. A node's plan also carries the new inventory annotation: the label
+keys reconcile manages there, which is what `--prune` may later remove and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from reconcile.diagnostics import ReconcileError
+from reconcile.diff import LabelChange, label_drift
+from reconcile.models import DesiredNode, DesiredState, LiveNode
+
+PLAN_API_VERSION: Final = "reconcile.dev/v1alpha1"
+# Like nfd-master's nfd.node.kubernetes.io/feature-labels: the keys this tool has set.
+INVENTORY_ANNOTATION: Final = "reconcile.dev/managed-labels"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NodePlan(_Frozen):
+    """The label changes for one node, planned against one resourceVersion."""
+
+    name: str
+    resourceVersion: str
+    source: str
+    changes: tuple[LabelChange, ...]
+    inventory: tuple[str, ...]
+
+    def patch(self, *, with_precondition: bool = True) -> dict[str, object]:
+        """The JSON merge patch for this node: changed labels, inventory, precondition."""
+        metadata: dict[str, object] = {
+            "labels": {change.key: change.after for change in self.changes},
+            "annotations": {INVENTORY_ANNOTATION: ",".join(self.inventory) or None},
+        }
+        if with_precondition:
+            metadata["resourceVersion"] = self.resourceVersion
+        return {"metadata": metadata}
+
+    def converged(self, live: LiveNode) -> list[LabelChange]:
+        """Changes the live node does not carry (an empty list when all took effect)."""
+        return [c for c in self.changes if live.labels.get(c.key) != c.after]
+
+
+class MissingNode(_Frozen):
+    name: str
+    source: str
+
+
+class PrunableLabel(_Frozen):
+    node: str
+    key: str
+    value: str
+
+
+class Plan(_Frozen):
+    apiVersion: Literal["reconcile.dev/v1alpha1"] = PLAN_API_VERSION
+    kind: Literal["Plan"] = "Plan"
+    prune: bool = False
+    nodes: tuple[NodePlan, ...] = ()
+    missingNodes: tuple[MissingNode, ...] = ()
+    # Labels reconcile set earlier that desired/ no longer declares; removed only with --prune.
+    prunable: tuple[PrunableLabel, ...] = ()
+
+    @property
+    def has_drift(self) -> bool:
+        return bool(self.nodes or self.missingNodes)
+
+    def lines(self) -> Iterator[tuple[str, LabelChange]]:
+        """(node, change) pairs sorted by node then key, as the drift lines print them."""
+        for node in self.nodes:
+            for change in node.changes:
+                yield node.name, change
+
+    def save(self, path: Path) -> None:
+        path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> Plan:
+        try:
+            return cls.model_validate_json(path.read_bytes())
+        except OSError as e:
+            raise ReconcileError(f"cannot read plan {path}: {e.strerror}") from e
+        except ValidationError as e:
+            first = e.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ReconcileError(
+                f"{path} is not a saved reconcile plan ({where}: {first['msg']}); "
+                "write one with `reconcile plan --out FILE`"
+            ) from e
+
+
+def parse_inventory(annotations: dict[str, str]) -> frozenset[str]:
+    raw = annotations.get(INVENTORY_ANNOTATION, "")
+    return frozenset(key for key in raw.split(",") if key)
+
+
+def plan_node(desired: DesiredNode, live: LiveNode, *, prune: bool) -> NodePlan | None:
+    """What makes `live` match `desired`, or None when it already does."""
+    inventory = parse_inventory(live.annotations)
+    undeclared = {key for key in inventory if key not in desired.labels and key in live.labels}
+    changes = label_drift(desired.labels, live.labels, prune=undeclared if prune else ())
+    if not changes:
+        return None
+    managed = {key for key, value in desired.labels.items() if value is not None}
+    if not prune:
+        managed |= undeclared  # still ours: a later --prune may remove them
+    return NodePlan(
+        name=live.name,
+        resourceVersion=live.resource_version,
+        source=str(desired.source.file),
+        changes=tuple(changes),
+        inventory=tuple(sorted(managed)),
+    )
+
+
+def build_plan(desired: DesiredState, live: Iterable[LiveNode], *, prune: bool = False) -> Plan:
+    live_by_name = {node.name: node for node in live}
+    nodes: list[NodePlan] = []
+    missing: list[MissingNode] = []
+    prunable: list[PrunableLabel] = []
+    for name, want in desired.nodes.items():
+        node = live_by_name.get(name)
+        if node is None:
+            missing.append(MissingNode(name=name, source=str(want.source)))
+            continue
+        node_plan = plan_node(want, node, prune=prune)
+        if node_plan is not None:
+            nodes.append(node_plan)
+        if not prune:
+            prunable.extend(
+                PrunableLabel(node=name, key=key, value=node.labels[key])
+                for key in sorted(parse_inventory(node.annotations))
+                if key not in want.labels and key in node.labels
+            )
+    return Plan(
+        prune=prune,
+        nodes=tuple(sorted(nodes, key=lambda n: n.name)),
+        missingNodes=tuple(missing),
+        prunable=tuple(prunable),
+    )

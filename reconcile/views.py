@@ -1,0 +1,207 @@
+"""Rendering plans, apply results and diagnostics as text, JSON or markdown.
+
+Views only draw: they receive finished values and the streams to write to. Text output
+on stdout is the drift-line contract (`<node> <key> <value>`, sorted, one per line,
+nothing else); notes for people go to the error stream.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, TextIO
+
+from reconcile.apply import ApplyResult
+from reconcile.diagnostics import Diagnostic, Severity
+from reconcile.diff import LabelChange
+from reconcile.plan import PLAN_API_VERSION, MissingNode, Plan
+
+
+class Format(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+    MARKDOWN = "markdown"
+
+
+def drift_line(node: str, change: LabelChange, *, show_owner: bool = False) -> str:
+    line = f"{node} {change.key} {change.shown_value}"
+    if show_owner:
+        line += f" {change.owner or 'unknown'}"
+    return line
+
+
+def write_json(document: Any, out: TextIO) -> None:
+    json.dump(document, out, indent=2, sort_keys=False)
+    out.write("\n")
+
+
+# --- diagnostics ---------------------------------------------------------------------------
+
+
+def diagnostic_json(diagnostic: Diagnostic) -> dict[str, Any]:
+    source = diagnostic.source
+    return {
+        "severity": str(diagnostic.severity),
+        "summary": diagnostic.summary,
+        "detail": diagnostic.detail,
+        "file": source.file if source else None,
+        "line": source.line if source else None,
+        "column": source.column if source else None,
+    }
+
+
+def render_diagnostics(diagnostics: Sequence[Diagnostic], err: TextIO) -> None:
+    for diagnostic in diagnostics:
+        err.write(f"{diagnostic}\n")
+
+
+def render_validation(
+    diagnostics: Sequence[Diagnostic], fmt: Format, out: TextIO, err: TextIO
+) -> None:
+    errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
+    warnings = len(diagnostics) - errors
+    if fmt is Format.JSON:
+        write_json(
+            {
+                "apiVersion": PLAN_API_VERSION,
+                "kind": "ValidationResult",
+                "valid": errors == 0,
+                "errors": errors,
+                "warnings": warnings,
+                "diagnostics": [diagnostic_json(d) for d in diagnostics],
+            },
+            out,
+        )
+        return
+    if fmt is Format.MARKDOWN:
+        out.write("#### reconcile validate\n\n")
+        if not diagnostics:
+            out.write("No problems found.\n")
+            return
+        out.write(f"{errors} error(s), {warnings} warning(s).\n\n")
+        for d in diagnostics:
+            where = f"`{d.source}` " if d.source else ""
+            out.write(f"- **{d.severity}** {where}{_md(d.message)}\n")
+        return
+    render_diagnostics(diagnostics, err)
+
+
+# --- plan ----------------------------------------------------------------------------------
+
+
+def _missing_note(missing: MissingNode) -> str:
+    return f"{missing.name}: declared in {missing.source} but not found in the cluster"
+
+
+def render_plan(
+    plan: Plan, fmt: Format, out: TextIO, err: TextIO, *, show_owner: bool = False
+) -> None:
+    if fmt is Format.JSON:
+        write_json(plan.model_dump(mode="json"), out)
+        return
+    if fmt is Format.MARKDOWN:
+        _plan_markdown(plan, out)
+        return
+    for node, change in plan.lines():
+        out.write(drift_line(node, change, show_owner=show_owner) + "\n")
+    for missing in plan.missingNodes:
+        err.write(_missing_note(missing) + "\n")
+    if plan.prunable:
+        err.write(
+            f"note: {len(plan.prunable)} label(s) set by reconcile are no longer declared; "
+            "`--prune` removes them\n"
+        )
+
+
+def _plan_markdown(plan: Plan, out: TextIO) -> None:
+    changes = list(plan.lines())
+    out.write("#### reconcile plan\n\n")
+    if not plan.has_drift:
+        out.write("No changes: the cluster matches `desired/`.\n")
+        return
+    nodes = len({node for node, _ in changes})
+    out.write(f"**{len(changes)} label change(s)** on {nodes} node(s).\n\n")
+    if changes:
+        out.write("| Node | Label | Live | Desired | Owner |\n| --- | --- | --- | --- | --- |\n")
+        for node, change in changes:
+            out.write(
+                f"| {node} | `{change.key}` | {_md_value(change.before)} | "
+                f"{_md_value(change.after)} | {change.owner or ''} |\n"
+            )
+    if plan.missingNodes:
+        out.write("\n**Declared but not in the cluster:**\n\n")
+        for missing in plan.missingNodes:
+            out.write(f"- `{missing.name}` ({_md(missing.source)})\n")
+    if plan.prunable:
+        out.write(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
+
+
+def _md_value(value: str | None) -> str:
+    if value is None:
+        return "*(absent)*"
+    return f"`{value}`" if value else '`""`'
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+# --- apply ---------------------------------------------------------------------------------
+
+
+def _change_json(node: str, change: LabelChange) -> dict[str, Any]:
+    return {"node": node, **change.model_dump(mode="json")}
+
+
+def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> None:
+    if fmt is Format.JSON:
+        write_json(
+            {
+                "apiVersion": PLAN_API_VERSION,
+                "kind": "ApplyResult",
+                "converged": result.ok,
+                "applied": [_change_json(node, change) for node, change in result.lines()],
+                "failed": [{"node": n.name, "error": n.error} for n in result.failed],
+                "missingNodes": [m.model_dump(mode="json") for m in result.missingNodes],
+                "conflicts": sum(n.conflicts for n in result.nodes),
+            },
+            out,
+        )
+        return
+    if fmt is Format.MARKDOWN:
+        _apply_markdown(result, out)
+        return
+    for node, change in result.lines():
+        out.write(drift_line(node, change) + "\n")
+    render_apply_failures(result, err)
+
+
+def render_apply_failures(result: ApplyResult, err: TextIO) -> None:
+    for node in result.failed:
+        err.write(f"{node.name}: not converged: {node.error}\n")
+    for missing in result.missingNodes:
+        err.write(_missing_note(missing) + "\n")
+
+
+def _apply_markdown(result: ApplyResult, out: TextIO) -> None:
+    applied = list(result.lines())
+    out.write("#### reconcile apply\n\n")
+    out.write(
+        ("Converged" if result.ok else "**Not converged**")
+        + f": {len(applied)} change(s) applied.\n"
+    )
+    if applied:
+        out.write("\n| Node | Label | Now |\n| --- | --- | --- |\n")
+        for node, change in applied:
+            out.write(f"| {node} | `{change.key}` | {_md_value(change.after)} |\n")
+    _md_list(out, "Failed", (f"`{n.name}`: {_md(n.error or '')}" for n in result.failed))
+    _md_list(out, "Declared but not in the cluster", (f"`{m.name}`" for m in result.missingNodes))
+
+
+def _md_list(out: TextIO, title: str, items: Iterable[str]) -> None:
+    rows = list(items)
+    if rows:
+        out.write(f"\n**{title}:**\n\n")
+        for row in rows:
+            out.write(f"- {row}\n")

@@ -1,0 +1,206 @@
+"""An embedded Kubernetes-compatible API server on 127.0.0.1, for the quickstart and tests.
+
+    with Sandbox(seed_objects) as cluster:
+        cluster.write_kubeconfig(path)   # for reconcile, kubectl, the official client
+        ...
+        cluster.requests                 # what was asked of it
+
+It is faithful where reconcile depends on behaviour (label validation with the real 422
+body, the three patch types and server-side apply, resourceVersion conflicts, paginated
+lists with selectors, dry-run, the Eviction API with PodDisruptionBudget accounting,
+cordon) and refuses, with a clear 4xx, what it does not model. See docs/sandbox.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import secrets
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from reconcile.sandbox import tls
+from reconcile.sandbox.api import NAMESPACES, SandboxApi
+from reconcile.sandbox.errors import ApiStatus
+from reconcile.sandbox.resources import RESOURCES, Resource, resource_for
+from reconcile.sandbox.server import FaultInjector, RequestRecord, SandboxHTTPServer
+from reconcile.sandbox.store import Store
+
+__all__ = ["FaultInjector", "RequestRecord", "Sandbox", "SeedError"]
+
+# Created first when seeding, so that what lives in them can follow.
+_SEED_ORDER = {"Namespace": 0, "Node": 1, "Deployment": 2, "ReplicaSet": 3, "StatefulSet": 3}
+
+
+class SeedError(ValueError):
+    """A seed object the sandbox cannot hold; the message names it and says why."""
+
+
+class Sandbox:
+    def __init__(
+        self,
+        objects: Iterable[dict[str, Any]] = (),
+        *,
+        port: int = 0,
+        token: str | None = None,
+        require_token: bool = True,
+    ) -> None:
+        self.store = Store()
+        self.api = SandboxApi(self.store)
+        self.token = (token or secrets.token_urlsafe(24)) if require_token else None
+        self._port = port
+        self.certificates = tls.generate()
+        self._server: SandboxHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.seed(objects)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> Sandbox:
+        self._server = SandboxHTTPServer(
+            self._port, self.api, self.token, self.certificates.server_context()
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="reconcile-sandbox",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> Sandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def server(self) -> SandboxHTTPServer:
+        if self._server is None:
+            raise RuntimeError("the sandbox is not running")
+        return self._server
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def requests(self) -> list[RequestRecord]:
+        return list(self.server.requests)
+
+    def clear_requests(self) -> None:
+        self.server.requests.clear()
+
+    def set_faults(self, faults: FaultInjector | None) -> None:
+        self.server.faults = faults
+
+    # --- kubeconfig ----------------------------------------------------------------------
+
+    def kubeconfig(self, name: str = "reconcile-sandbox") -> dict[str, Any]:
+        user: dict[str, Any] = {"token": self.token} if self.token else {}
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": name,
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": self.certificates.ca_data,
+                    },
+                }
+            ],
+            "users": [{"name": name, "user": user}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+            "current-context": name,
+            "preferences": {},
+        }
+
+    def write_kubeconfig(self, path: Path, name: str = "reconcile-sandbox") -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # JSON is YAML: kubectl and the client read it as a kubeconfig.
+        path.write_text(json.dumps(self.kubeconfig(name), indent=2) + "\n", encoding="utf-8")
+        path.chmod(0o600)
+        return path
+
+    # --- state -----------------------------------------------------------------------------
+
+    def seed(self, objects: Iterable[dict[str, Any]]) -> None:
+        """Store objects as a cluster would hold them, status included (no admission of status)."""
+        ordered = sorted(objects, key=lambda o: _SEED_ORDER.get(str(o.get("kind")), 9))
+        for obj in ordered:
+            self.put(obj)
+
+    def put(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create one object, keeping its status; a missing namespace is created first."""
+        resource = self._resource(obj)
+        metadata = obj.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or ("default" if resource.namespaced else ""))
+        with self.store.lock:
+            if resource.namespaced and self.store.peek(NAMESPACES.key, ("", namespace)) is None:
+                self.api.create(
+                    NAMESPACES,
+                    "",
+                    {"metadata": {"name": namespace}},
+                    manager="sandbox-seed",
+                    dry_run=False,
+                )
+            body = copy.deepcopy(obj)
+            body.get("metadata", {}).pop("managedFields", None)
+            try:
+                created = self.api.create(
+                    resource,
+                    namespace,
+                    body,
+                    manager="sandbox-seed",
+                    dry_run=False,
+                    keep_status=True,
+                )
+            except ApiStatus as e:
+                raise SeedError(
+                    f"{obj.get('kind')} {metadata.get('name')!r}: {e.message}"
+                ) from None
+        return created
+
+    def get(self, resource: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        """A stored object by plural (`nodes`, `deployments.apps`), for tests."""
+        found = self._by_plural(resource)
+        return self.store.get(found.key, (namespace, name))
+
+    def objects(self, resource: str) -> list[dict[str, Any]]:
+        found = self._by_plural(resource)
+        with self.store.lock:
+            return [copy.deepcopy(o) for o in self.store.values(found.key)]
+
+    @staticmethod
+    def _by_plural(plural: str) -> Resource:
+        for resource in RESOURCES:
+            if plural in (resource.plural, resource.qualified):
+                return resource
+        raise KeyError(plural)
+
+    @staticmethod
+    def _resource(obj: dict[str, Any]) -> Resource:
+        api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
+        resource = resource_for(api_version, kind)
+        if resource is None:
+            raise SeedError(
+                f"{kind or 'an object without kind'} ({api_version or 'no apiVersion'}) is not served by the sandbox"
+            )
+        return resource

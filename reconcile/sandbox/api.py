@@ -1,0 +1,576 @@
+"""What the sandbox's API server does with a request, once the HTTP layer has parsed it.
+
+Every write goes the same way as in kube-apiserver: decode, merge (patch or apply),
+default, validate, check the resourceVersion precondition, record field ownership,
+bump resourceVersion (and generation when the spec changed), store. A write that
+changes nothing stores nothing and keeps the resourceVersion, as etcd3 does.
+`dryRun=All` runs every step but the last.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import secrets
+import uuid
+from collections.abc import Callable
+from typing import Any, Final
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+from reconcile import apivalidation
+from reconcile.sandbox import defaults, disruption, fields
+from reconcile.sandbox.errors import (
+    ApiStatus,
+    already_exists,
+    bad_request,
+    conflict,
+    invalid_object,
+    not_found,
+    unsupported_media_type,
+)
+from reconcile.sandbox.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
+from reconcile.sandbox.resources import BY_PATH, Resource
+from reconcile.sandbox.store import Key, Obj, Page, Store
+from reconcile.selector import SelectorError, parse
+
+NAMESPACES: Final = BY_PATH[("", "v1", "namespaces")]
+PODS: Final = BY_PATH[("", "v1", "pods")]
+PDBS: Final = BY_PATH[("policy", "v1", "poddisruptionbudgets")]
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+STRATEGIC_PATCH: Final = "application/strategic-merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+APPLY_PATCH_CBOR: Final = "application/apply-patch+cbor"
+PATCH_TYPES: Final = (MERGE_PATCH, STRATEGIC_PATCH, JSON_PATCH, APPLY_PATCH)
+
+# Fields the server owns: a client's value for them is ignored (or checked, for resourceVersion).
+_SERVER_METADATA: Final = (
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "selfLink",
+    "deletionTimestamp",
+)
+
+
+def _without_volatile(obj: Obj) -> Obj:
+    """The object minus what changes on every write, to tell a no-op write from a real one."""
+    stripped = dict(obj)
+    metadata = dict(stripped.get("metadata") or {})
+    for key in ("resourceVersion", "managedFields", "generation"):
+        metadata.pop(key, None)
+    stripped["metadata"] = metadata
+    return stripped
+
+
+def _ownership(obj: Obj) -> list[tuple[str, str, str]]:
+    """Who owns what, without the timestamps that every apply refreshes."""
+    return sorted(
+        (
+            str(e.get("manager")),
+            str(e.get("operation")),
+            json.dumps(e.get("fieldsV1"), sort_keys=True),
+        )
+        for e in (obj.get("metadata") or {}).get("managedFields") or ()
+    )
+
+
+def _spec_of(obj: Obj) -> Any:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+class SandboxApi:
+    """Operations on the store, each holding the store's lock for its whole duration."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.clock: Callable[[], str] = fields.now
+
+    # --- reads -------------------------------------------------------------------------
+
+    def get(self, resource: Resource, namespace: str, name: str) -> str:
+        with self.store.lock:
+            encoded = self.store.encoded(resource.key, (namespace, name))
+        if encoded is None:
+            raise not_found(resource, name)
+        return encoded
+
+    def list(
+        self,
+        resource: Resource,
+        namespace: str | None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        token: str | None = None,
+    ) -> Page:
+        match = _matcher(resource, label_selector, field_selector)
+        with self.store.lock:
+            return self.store.page(
+                resource.key, namespace=namespace, match=match, limit=limit, token=token
+            )
+
+    # --- writes ------------------------------------------------------------------------
+
+    def create(
+        self,
+        resource: Resource,
+        namespace: str,
+        body: Any,
+        *,
+        manager: str,
+        dry_run: bool,
+        keep_status: bool = False,
+    ) -> Obj:
+        obj = self._decoded(resource, body)
+        metadata = obj.setdefault("metadata", {})
+        if not metadata.get("name") and metadata.get("generateName"):
+            metadata["name"] = str(metadata["generateName"]) + secrets.token_hex(3)[:5]
+        self._check_namespace(resource, namespace, obj)
+        with self.store.lock:
+            name = str(metadata.get("name") or "")
+            if name and self.store.peek(resource.key, (namespace, name)) is not None:
+                raise already_exists(resource, name)
+            return self._store_new(
+                resource, namespace, obj, manager=manager, dry_run=dry_run, keep_status=keep_status
+            )
+
+    def _store_new(
+        self,
+        resource: Resource,
+        namespace: str,
+        obj: Obj,
+        *,
+        manager: str,
+        dry_run: bool,
+        applied: bool = False,
+        keep_status: bool = False,
+    ) -> Obj:
+        if not keep_status and resource.kind != "Node":
+            obj.pop(
+                "status", None
+            )  # only nodes may be created with a status (kubelet registration)
+        metadata = obj.setdefault("metadata", {})
+        for key in (*_SERVER_METADATA, "resourceVersion"):
+            metadata.pop(key, None)
+        if resource.namespaced:
+            metadata["namespace"] = namespace
+        defaults.apply(resource.group, resource.kind, obj, creating=True)
+        self._validate(resource, obj, None)
+        if resource.namespaced and self.store.peek(NAMESPACES.key, ("", namespace)) is None:
+            raise not_found(NAMESPACES, namespace)
+        metadata["uid"] = str(uuid.uuid4())
+        metadata["creationTimestamp"] = self.clock()
+        if resource.generation:
+            metadata["generation"] = 1
+        if not applied:
+            metadata.pop("managedFields", None)
+            fields.record_update(None, obj, manager, resource.group_version)
+        if dry_run:
+            return obj
+        metadata["resourceVersion"] = self.store.next_resource_version()
+        self.store.put(resource.key, (namespace, str(metadata["name"])), obj)
+        self._after_write(resource, namespace)
+        return obj
+
+    def update(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        body: Any,
+        *,
+        manager: str,
+        dry_run: bool,
+        subresource: str = "",
+    ) -> Obj:
+        obj = self._decoded(resource, body)
+        self._check_name(obj, name)
+        self._check_namespace(resource, namespace, obj)
+        with self.store.lock:
+            old = self._existing(resource, namespace, name)
+            return self._store_update(
+                resource,
+                (namespace, name),
+                old,
+                obj,
+                manager=manager,
+                dry_run=dry_run,
+                subresource=subresource,
+            )
+
+    def patch(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        content_type: str,
+        raw: bytes,
+        *,
+        manager: str | None,
+        dry_run: bool,
+        force: bool,
+        subresource: str = "",
+    ) -> tuple[int, Obj]:
+        if content_type not in PATCH_TYPES:
+            raise unsupported_media_type(content_type)
+        if content_type == APPLY_PATCH:
+            return self._apply(
+                resource,
+                namespace,
+                name,
+                raw,
+                manager=manager,
+                dry_run=dry_run,
+                force=force,
+                subresource=subresource,
+            )
+        if force:
+            raise bad_request("force may not be specified for non-apply patch")
+        try:
+            patch = json.loads(raw)
+        except ValueError as e:
+            raise bad_request(f"error decoding patch: {e}") from None
+        with self.store.lock:
+            old = self._existing(resource, namespace, name)
+            try:
+                if content_type == MERGE_PATCH:
+                    new = merge_patch(old, patch)
+                elif content_type == STRATEGIC_PATCH:
+                    new = strategic_merge_patch(old, patch)
+                else:
+                    new = json_patch(old, patch)
+            except PatchError as e:
+                raise ApiStatus(422, "Invalid", str(e)) from None
+            if not isinstance(new, dict):
+                raise ApiStatus(422, "Invalid", "the patch does not produce an object")
+            self._check_name(new, name)
+            stored = self._store_update(
+                resource,
+                (namespace, name),
+                old,
+                new,
+                manager=manager or "unknown",
+                dry_run=dry_run,
+                subresource=subresource,
+                patched=True,
+            )
+        return 200, stored
+
+    def _apply(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        raw: bytes,
+        *,
+        manager: str | None,
+        dry_run: bool,
+        force: bool,
+        subresource: str,
+    ) -> tuple[int, Obj]:
+        if not manager:
+            raise invalid_object_options()
+        try:
+            config = YAML(typ="safe", pure=True).load(raw.decode("utf-8"))
+        except (YAMLError, UnicodeDecodeError) as e:
+            raise bad_request(f"error decoding YAML: {e}") from None
+        if not isinstance(config, dict):
+            raise bad_request("apply patch must be an object")
+        config = json.loads(json.dumps(config, default=str))
+        if (
+            config.get("apiVersion") != resource.group_version
+            or config.get("kind") != resource.kind
+        ):
+            raise bad_request(
+                f"apply patch for {resource.qualified} must have apiVersion {resource.group_version} "
+                f"and kind {resource.kind}"
+            )
+        self._check_name(config, name)
+        self._check_namespace(resource, namespace, config)
+        metadata = config.setdefault("metadata", {})
+        metadata["name"] = name
+        with self.store.lock:
+            old = self.store.get(resource.key, (namespace, name))
+            if old is None:
+                if subresource:
+                    raise not_found(resource, name)
+                new = fields.server_side_apply(
+                    None, config, manager=manager, api_version=resource.group_version, force=force
+                )
+                return 201, self._store_new(
+                    resource, namespace, new, manager=manager, dry_run=dry_run, applied=True
+                )
+            precondition = metadata.get("resourceVersion")
+            if precondition and precondition != old["metadata"].get("resourceVersion"):
+                raise conflict(resource, name)
+            new = fields.server_side_apply(
+                old, config, manager=manager, api_version=resource.group_version, force=force
+            )
+            stored = self._store_update(
+                resource,
+                (namespace, name),
+                old,
+                new,
+                manager=manager,
+                dry_run=dry_run,
+                subresource=subresource,
+                applied=True,
+            )
+        return 200, stored
+
+    def delete(self, resource: Resource, namespace: str, name: str, *, dry_run: bool) -> Obj:
+        with self.store.lock:
+            old = self._existing(resource, namespace, name)
+            if dry_run:
+                return old
+            self.store.delete(resource.key, (namespace, name))
+            if resource is NAMESPACES:
+                # No namespace controller here: what the namespace held goes with it at once.
+                for other in BY_PATH.values():
+                    if other.namespaced:
+                        for obj in list(self.store.values(other.key, name)):
+                            self.store.delete(other.key, (name, obj["metadata"]["name"]))
+            self.store.next_resource_version()
+            self._after_write(resource, namespace)
+        return old
+
+    def evict(self, namespace: str, name: str, body: Any, *, dry_run: bool) -> dict[str, Any]:
+        if body is not None and not isinstance(body, dict):
+            raise bad_request("the body of an eviction must be a policy/v1 Eviction")
+        with self.store.lock:
+            pod = self._existing(PODS, namespace, name)
+            budget = disruption.check_eviction(self.store, pod, self.clock)
+            if dry_run:
+                return disruption.SUCCESS
+            if budget is not None:
+                self._store_update(
+                    PDBS,
+                    (namespace, budget["metadata"]["name"]),
+                    self._existing(PDBS, namespace, budget["metadata"]["name"]),
+                    budget,
+                    manager="kube-controller-manager",
+                    dry_run=False,
+                    subresource="status",
+                )
+            self.store.delete(PODS.key, (namespace, name))
+            self.store.next_resource_version()
+            self._after_write(PODS, namespace)
+        return disruption.SUCCESS
+
+    # --- the write path ------------------------------------------------------------------
+
+    def _store_update(
+        self,
+        resource: Resource,
+        key: Key,
+        old: Obj,
+        new: Obj,
+        *,
+        manager: str,
+        dry_run: bool,
+        subresource: str,
+        patched: bool = False,
+        applied: bool = False,
+    ) -> Obj:
+        precondition = (new.get("metadata") or {}).get("resourceVersion")
+        if precondition and precondition != old["metadata"].get("resourceVersion"):
+            raise conflict(resource, key[1])
+        if subresource == "status":
+            merged = copy.deepcopy(old)
+            merged["status"] = new.get("status")
+            new = merged
+        else:
+            new = dict(new)
+            if "status" in resource.subresources:
+                # Status is written through its subresource only; the main resource keeps it.
+                new.pop("status", None)
+                if "status" in old:
+                    new["status"] = old["status"]
+        new["apiVersion"], new["kind"] = resource.group_version, resource.kind
+        metadata = new.setdefault("metadata", {})
+        for field in _SERVER_METADATA:
+            if field in old["metadata"]:
+                metadata[field] = old["metadata"][field]
+            else:
+                metadata.pop(field, None)
+        metadata["name"], metadata["resourceVersion"] = key[1], old["metadata"]["resourceVersion"]
+        if resource.namespaced:
+            metadata["namespace"] = key[0]
+        if not applied:
+            metadata["managedFields"] = copy.deepcopy(old["metadata"].get("managedFields") or [])
+        defaults.apply(resource.group, resource.kind, new, creating=False)
+        self._validate(resource, new, old)
+        if _without_volatile(new) == _without_volatile(old) and (
+            not applied or _ownership(new) == _ownership(old)
+        ):
+            return old  # nothing changed: no write, same resourceVersion
+        if not applied:
+            fields.record_update(old, new, manager, resource.group_version)
+        if resource.generation and _spec_of(new) != _spec_of(old):
+            metadata["generation"] = int(old["metadata"].get("generation", 1)) + 1
+        if dry_run:
+            return new
+        metadata["resourceVersion"] = self.store.next_resource_version()
+        self.store.put(resource.key, key, new)
+        self._after_write(resource, key[0])
+        return new
+
+    def _after_write(self, resource: Resource, namespace: str) -> None:
+        """The disruption controller, run synchronously: keep PDB status current."""
+        if resource in (
+            PODS,
+            PDBS,
+            BY_PATH[("apps", "v1", "deployments")],
+            BY_PATH[("apps", "v1", "replicasets")],
+        ):
+            for pdb in list(self.store.values(PDBS.key, namespace)):
+                status = disruption.pdb_status(self.store, pdb, self.clock)
+                if status != pdb.get("status"):
+                    updated = copy.deepcopy(pdb)
+                    updated["status"] = status
+                    updated["metadata"]["resourceVersion"] = self.store.next_resource_version()
+                    self.store.put(PDBS.key, (namespace, pdb["metadata"]["name"]), updated)
+
+    def _validate(self, resource: Resource, obj: Obj, old: Obj | None) -> None:
+        errors = apivalidation.validate_object(
+            resource.group, resource.kind, obj, namespaced=resource.namespaced, old=old
+        )
+        if errors:
+            raise invalid_object(
+                resource, str((obj.get("metadata") or {}).get("name") or ""), errors
+            )
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _existing(self, resource: Resource, namespace: str, name: str) -> Obj:
+        found = self.store.get(resource.key, (namespace, name))
+        if found is None:
+            raise not_found(resource, name)
+        return found
+
+    @staticmethod
+    def _decoded(resource: Resource, body: Any) -> Obj:
+        if not isinstance(body, dict):
+            raise bad_request("the body of the request must be a JSON object")
+        api_version, kind = body.get("apiVersion"), body.get("kind")
+        if api_version and api_version != resource.group_version:
+            raise bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API version ({resource.group_version})"
+            )
+        if kind and kind != resource.kind:
+            raise bad_request(
+                f"the kind in the data ({kind}) does not match the expected kind ({resource.kind})"
+            )
+        obj = copy.deepcopy(body)
+        obj["apiVersion"], obj["kind"] = resource.group_version, resource.kind
+        return obj
+
+    @staticmethod
+    def _check_name(obj: Obj, name: str) -> None:
+        given = (obj.get("metadata") or {}).get("name")
+        if given and given != name:
+            raise bad_request(
+                f"the name of the object ({given}) does not match the name on the URL ({name})"
+            )
+
+    @staticmethod
+    def _check_namespace(resource: Resource, namespace: str, obj: Obj) -> None:
+        given = (obj.get("metadata") or {}).get("namespace")
+        if resource.namespaced and given and given != namespace:
+            raise bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+
+
+def invalid_object_options() -> ApiStatus:
+    return ApiStatus(
+        422,
+        "Invalid",
+        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch',
+        {
+            "group": "meta.k8s.io",
+            "kind": "PatchOptions",
+            "causes": [
+                {
+                    "reason": "FieldValueRequired",
+                    "message": "Required value: is required for apply patch",
+                    "field": "fieldManager",
+                }
+            ],
+        },
+    )
+
+
+# --- selectors -----------------------------------------------------------------------------
+
+
+def _field_value(obj: Obj, path: str) -> str:
+    node: Any = obj
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, bool):
+        return "true" if node else "false"
+    return "" if node is None else str(node)
+
+
+def _parse_field_selector(resource: Resource, text: str) -> list[tuple[str, str, bool]]:
+    allowed = ("metadata.name", "metadata.namespace", *resource.selectable_fields)
+    terms = []
+    for part in _split_unescaped(text, ","):
+        if not part:
+            continue
+        for operator in ("!=", "==", "="):
+            field, sep, value = part.partition(operator)
+            if sep:
+                break
+        else:
+            raise bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
+        field = field.strip()
+        if field not in allowed:
+            raise bad_request(f"field label not supported: {field}")
+        unescaped = value.replace("\\,", ",").replace("\\=", "=").replace("\\\\", "\\")
+        terms.append((field, unescaped, operator == "!="))
+    return terms
+
+
+def _split_unescaped(text: str, separator: str) -> list[str]:
+    parts, current, escaped = [], "", False
+    for char in text:
+        if escaped:
+            current += "\\" + char
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == separator:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return parts
+
+
+def _matcher(
+    resource: Resource, label_selector: str, field_selector: str
+) -> Callable[[Obj], bool] | None:
+    try:
+        selector = parse(label_selector) if label_selector else None
+    except SelectorError as e:
+        raise bad_request(str(e)) from None
+    terms = _parse_field_selector(resource, field_selector) if field_selector else []
+    if selector is None and not terms:
+        return None
+
+    def match(obj: Obj) -> bool:
+        if selector is not None and not selector.matches(
+            (obj.get("metadata") or {}).get("labels") or {}
+        ):
+            return False
+        return all((_field_value(obj, f) == v) != negate for f, v, negate in terms)
+
+    return match

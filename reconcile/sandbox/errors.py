@@ -1,0 +1,125 @@
+"""API failures as the real API server words them: a v1 `Status` with code, reason,
+message and details (k8s.io/apimachinery/pkg/api/errors and util/validation/field)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reconcile.apivalidation import FieldError, aggregate
+from reconcile.sandbox.resources import Resource
+
+
+class ApiStatus(Exception):
+    """An API failure; the handler turns it into a v1 Status response."""
+
+    def __init__(
+        self,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details
+        self.headers = headers or {}
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        body["code"] = self.code
+        return body
+
+
+def _details(resource: Resource, name: str, *, kind: str | None = None) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name}
+    if resource.group:
+        details["group"] = resource.group
+    details["kind"] = kind or resource.plural
+    return details
+
+
+def not_found(resource: Resource, name: str) -> ApiStatus:
+    return ApiStatus(
+        404, "NotFound", f'{resource.qualified} "{name}" not found', _details(resource, name)
+    )
+
+
+def already_exists(resource: Resource, name: str) -> ApiStatus:
+    return ApiStatus(
+        409,
+        "AlreadyExists",
+        f'{resource.qualified} "{name}" already exists',
+        _details(resource, name),
+    )
+
+
+def conflict(resource: Resource, name: str) -> ApiStatus:
+    return ApiStatus(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {resource.qualified} "{name}": the object has been '
+        "modified; please apply your changes to the latest version and try again",
+        _details(resource, name),
+    )
+
+
+def invalid_object(resource: Resource, name: str, errors: list[FieldError]) -> ApiStatus:
+    details = _details(resource, name, kind=resource.kind)
+    details["causes"] = [e.cause() for e in errors]
+    return ApiStatus(
+        422,
+        "Invalid",
+        f'{resource.qualified_kind} "{name}" is invalid: {aggregate(errors)}',
+        details,
+    )
+
+
+def bad_request(message: str) -> ApiStatus:
+    return ApiStatus(400, "BadRequest", message)
+
+
+def method_not_allowed(message: str) -> ApiStatus:
+    return ApiStatus(405, "MethodNotAllowed", message, {})
+
+
+def unsupported_media_type(content_type: str) -> ApiStatus:
+    return ApiStatus(
+        415,
+        "UnsupportedMediaType",
+        f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type!r})",
+        {},
+    )
+
+
+def unauthorized() -> ApiStatus:
+    return ApiStatus(401, "Unauthorized", "Unauthorized")
+
+
+def not_implemented_path(path: str) -> ApiStatus:
+    return ApiStatus(
+        404,
+        "NotFound",
+        f"the server could not find the requested resource ({path} is not served by the reconcile sandbox)",
+        {},
+    )
+
+
+def internal(message: str) -> ApiStatus:
+    return ApiStatus(
+        500,
+        "InternalError",
+        f"Internal error occurred: {message}",
+        {"causes": [{"message": message}]},
+    )

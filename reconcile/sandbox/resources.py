@@ -1,0 +1,260 @@
+"""The API resources the sandbox serves, and the discovery documents that describe them.
+
+One table drives routing, discovery (`/api`, `/apis`, `/apis/{group}/{version}`),
+the namespaced/cluster distinction and field selectors, so a new kind is one row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+# Verbs the sandbox implements; `watch` is not among them and is refused with 405.
+VERBS: Final = ("create", "delete", "get", "list", "patch", "update")
+# Fields every resource can be selected by; per-resource extras are in the table.
+COMMON_FIELDS: Final = ("metadata.name", "metadata.namespace")
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    selectable_fields: tuple[str, ...] = ()
+    # metadata.generation is kept (and bumped on spec changes) for most kinds, not all.
+    generation: bool = True
+    categories: tuple[str, ...] = ()
+    list_kind: str = field(default="", compare=False)
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        """Storage key: one stored version per group/resource."""
+        return f"{self.group}/{self.plural}"
+
+    @property
+    def qualified(self) -> str:
+        """`nodes`, `deployments.apps`: how API errors name the resource."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def qualified_kind(self) -> str:
+        """`Node`, `Deployment.apps`: how validation errors name the kind."""
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+
+def _r(
+    group: str,
+    version: str,
+    plural: str,
+    kind: str,
+    namespaced: bool,
+    *short: str,
+    sub: tuple[str, ...] = (),
+    fields: tuple[str, ...] = (),
+    generation: bool = True,
+    categories: tuple[str, ...] = (),
+) -> Resource:
+    return Resource(
+        group,
+        version,
+        plural,
+        kind,
+        namespaced,
+        short,
+        sub,
+        fields,
+        generation,
+        categories,
+        kind + "List",
+    )
+
+
+_ALL = ("all",)
+RESOURCES: Final[tuple[Resource, ...]] = (
+    _r(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        "ns",
+        sub=("status",),
+        fields=("status.phase",),
+        generation=False,
+    ),
+    _r(
+        "",
+        "v1",
+        "nodes",
+        "Node",
+        False,
+        "no",
+        sub=("status",),
+        fields=("spec.unschedulable",),
+        generation=False,
+    ),
+    _r(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        "po",
+        sub=("status", "eviction"),
+        fields=(
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ),
+        categories=_ALL,
+    ),
+    _r("", "v1", "configmaps", "ConfigMap", True, "cm", generation=False),
+    _r("", "v1", "secrets", "Secret", True, fields=("type",), generation=False),
+    _r(
+        "",
+        "v1",
+        "services",
+        "Service",
+        True,
+        "svc",
+        sub=("status",),
+        generation=False,
+        categories=_ALL,
+    ),
+    _r("", "v1", "serviceaccounts", "ServiceAccount", True, "sa", generation=False),
+    _r("apps", "v1", "deployments", "Deployment", True, "deploy", sub=("status",), categories=_ALL),
+    _r("apps", "v1", "replicasets", "ReplicaSet", True, "rs", sub=("status",), categories=_ALL),
+    _r("apps", "v1", "daemonsets", "DaemonSet", True, "ds", sub=("status",), categories=_ALL),
+    _r("apps", "v1", "statefulsets", "StatefulSet", True, "sts", sub=("status",), categories=_ALL),
+    _r("batch", "v1", "jobs", "Job", True, sub=("status",), categories=_ALL),
+    _r("batch", "v1", "cronjobs", "CronJob", True, "cj", sub=("status",), categories=_ALL),
+    _r("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, "pdb", sub=("status",)),
+    _r("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, generation=False),
+    _r(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        False,
+        generation=False,
+    ),
+    _r("rbac.authorization.k8s.io", "v1", "roles", "Role", True, generation=False),
+    _r("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, generation=False),
+)
+
+BY_PATH: Final = {(r.group, r.version, r.plural): r for r in RESOURCES}
+BY_KIND: Final = {(r.group_version, r.kind): r for r in RESOURCES}
+GROUPS: Final = tuple(dict.fromkeys(r.group for r in RESOURCES if r.group))
+
+# The server version the sandbox reports; its behaviour follows v1.36.
+VERSION: Final = {
+    "major": "1",
+    "minor": "36",
+    "gitVersion": "v1.36.0-reconcile-sandbox",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z",
+    "goVersion": "go1.25.0",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+def resource_for(api_version: str, kind: str) -> Resource | None:
+    return BY_KIND.get((api_version, kind))
+
+
+def api_versions() -> dict[str, Any]:
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+    }
+
+
+def _group_document(group: str) -> dict[str, Any]:
+    version = next(r.version for r in RESOURCES if r.group == group)
+    gv = {"groupVersion": f"{group}/{version}", "version": version}
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "versions": [gv],
+        "preferredVersion": gv,
+    }
+
+
+def api_group_list() -> dict[str, Any]:
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [
+            {k: v for k, v in _group_document(g).items() if k not in ("kind", "apiVersion")}
+            for g in GROUPS
+        ],
+    }
+
+
+def api_group(group: str) -> dict[str, Any] | None:
+    return _group_document(group) if group in GROUPS else None
+
+
+def resource_list(group: str, version: str) -> dict[str, Any] | None:
+    members = [r for r in RESOURCES if r.group == group and r.version == version]
+    if not members:
+        return None
+    entries: list[dict[str, Any]] = []
+    for r in members:
+        entry: dict[str, Any] = {
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": list(VERBS),
+        }
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        if r.categories:
+            entry["categories"] = list(r.categories)
+        entries.append(entry)
+        for sub in r.subresources:
+            if sub == "eviction":
+                entries.append(
+                    {
+                        "name": f"{r.plural}/eviction",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "policy",
+                        "version": "v1",
+                        "kind": "Eviction",
+                        "verbs": ["create"],
+                    }
+                )
+            else:
+                entries.append(
+                    {
+                        "name": f"{r.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "kind": r.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+    gv = f"{group}/{version}" if group else version
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": entries}

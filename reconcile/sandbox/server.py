@@ -1,0 +1,453 @@
+"""The HTTP face of the sandbox: routing, query parameters, status codes, v1 Status errors.
+
+Plain HTTP/1.1 with keep-alive on 127.0.0.1 only. Requests must carry the bearer token
+written into the sandbox's kubeconfig. Everything the sandbox does not implement is
+answered with a clear 404, 405 or 415 naming what is missing, never a silent 200.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from reconcile.sandbox import resources
+from reconcile.sandbox.api import SandboxApi
+from reconcile.sandbox.errors import (
+    ApiStatus,
+    bad_request,
+    method_not_allowed,
+    not_implemented_path,
+    unauthorized,
+    unsupported_media_type,
+)
+from reconcile.sandbox.resources import Resource
+from reconcile.sandbox.store import Page
+
+MAX_BODY: Final = 3 * 1024 * 1024  # the API server's request size limit
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as the sandbox saw it (never its headers: they carry the token)."""
+
+    method: str
+    path: str
+    query: str
+    status: int
+    verb: str = ""
+    resource: str = ""
+    group: str = ""
+    subresource: str = ""
+    namespace: str = ""
+    content_type: str = ""
+
+
+@dataclass(frozen=True)
+class Route:
+    resource: Resource
+    namespace: str | None
+    name: str | None
+    subresource: str
+
+
+class FaultInjector:
+    """Decides, per request, whether to answer with a fault instead (see faults.py)."""
+
+    def before(
+        self, method: str, route: Route | None
+    ) -> ApiStatus | str | None:  # pragma: no cover
+        return None
+
+    def after_write(self, method: str, route: Route | None) -> str | None:  # pragma: no cover
+        return None
+
+
+def _parse_route(path: str) -> Route | str | None:
+    """The resource a path names; a discovery document's name; or None when unknown."""
+    parts = [unquote(p) for p in path.strip("/").split("/")]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif len(parts) >= 3 and parts[0] == "apis":
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        return None
+    if not rest:
+        return "discovery"
+    namespace: str | None = None
+    if (
+        len(rest) >= 3
+        and rest[0] == "namespaces"
+        and (group, version, rest[2]) in resources.BY_PATH
+    ):
+        namespace, rest = rest[1], rest[2:]
+    resource = resources.BY_PATH.get((group, version, rest[0]))
+    if resource is None or len(rest) > 3:
+        return None
+    if namespace is not None and not resource.namespaced:
+        return None
+    name = rest[1] if len(rest) > 1 else None
+    subresource = rest[2] if len(rest) > 2 else ""
+    if subresource and subresource not in resource.subresources:
+        return None
+    return Route(resource, namespace, name, subresource)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: SandboxHTTPServer
+    timeout = 60  # an idle keep-alive connection is closed after this many seconds
+
+    def setup(self) -> None:
+        # The TLS handshake runs here, in the connection's own thread, not in accept().
+        self.request.settimeout(10)
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.do_handshake()
+        self.request.settimeout(self.timeout)
+        super().setup()
+
+    # Quiet: the sandbox keeps its own request log.
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _handle(self, method: str) -> None:
+        split = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        record: dict[str, Any] = {"method": method, "path": split.path, "query": split.query}
+        record["content_type"] = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        status = 500
+        try:
+            body = self._body()
+            if not self._authorized():
+                raise unauthorized()
+            route = _parse_route(split.path)
+            if isinstance(route, Route):
+                record.update(
+                    resource=route.resource.plural,
+                    group=route.resource.group,
+                    subresource=route.subresource,
+                    namespace=route.namespace or "",
+                    verb=_verb(method, route, query),
+                )
+            fault = (
+                self.server.faults.before(method, route if isinstance(route, Route) else None)
+                if self.server.faults
+                else None
+            )
+            if isinstance(fault, ApiStatus):
+                raise fault
+            if fault == "drop":
+                record["status"] = 0
+                self.close_connection = True
+                return
+            status, payload = self._dispatch(method, split.path, route, query, body, record)
+            if self.server.faults and status < 300:
+                after = self.server.faults.after_write(
+                    method, route if isinstance(route, Route) else None
+                )
+                if after == "drop":
+                    record["status"] = 0
+                    self.close_connection = True
+                    return
+            self._send(status, payload)
+        except ApiStatus as e:
+            status = e.code
+            self._send(e.code, e.status(), e.headers)
+        except Exception as e:  # pragma: no cover - the server must answer, whatever happens
+            status = 500
+            self._send(
+                500,
+                ApiStatus(
+                    500, "InternalError", f"Internal error occurred: {type(e).__name__}: {e}"
+                ).status(),
+            )
+        finally:
+            record.setdefault("status", status)
+            self.server.record(RequestRecord(**record))
+
+    def _authorized(self) -> bool:
+        token = self.server.token
+        if not token:
+            return True
+        header = self.headers.get("Authorization") or ""
+        return hmac.compare_digest(header.encode(), f"Bearer {token}".encode())
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise ApiStatus(
+                413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728"
+            )
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+        data = (
+            payload
+            if isinstance(payload, bytes)
+            else json.dumps(payload, separators=(",", ":")).encode()
+        )
+        self.send_response(
+            status, HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        )
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    # --- dispatch ------------------------------------------------------------------------
+
+    def _dispatch(
+        self,
+        method: str,
+        path: str,
+        route: Route | str | None,
+        query: dict[str, str],
+        body: bytes,
+        record: dict[str, Any],
+    ) -> tuple[int, Any]:
+        if route is None:
+            return self._non_resource(method, path)
+        if route == "discovery":
+            return self._discovery(method, path)
+        assert isinstance(route, Route)
+        dry_run = _dry_run(query)
+        api = self.server.api
+        resource, name = route.resource, route.name
+        namespace = route.namespace or ""
+        if method == "GET":
+            if name is None:
+                if query.get("watch") in ("true", "1"):
+                    raise method_not_allowed("watch is not supported by the reconcile sandbox")
+                return 200, self._list(route, query)
+            return 200, api.get(resource, namespace, name).encode()
+        if method == "POST":
+            if name is None:
+                if route.namespace is None and resource.namespaced:
+                    raise method_not_allowed(
+                        f"create {resource.plural} in a namespace (POST .../namespaces/NS/{resource.plural})"
+                    )
+                obj = api.create(
+                    resource,
+                    namespace,
+                    self._json(body),
+                    manager=self._manager(query),
+                    dry_run=dry_run,
+                )
+                return 201, obj
+            if route.subresource == "eviction":
+                return 201, api.evict(
+                    namespace, name, self._json(body) if body else None, dry_run=dry_run
+                )
+            raise method_not_allowed(
+                f"POST is not supported on {resource.plural}/{route.subresource or 'NAME'}"
+            )
+        if name is None:
+            raise method_not_allowed(
+                f"{method} is not supported on the {resource.plural} collection"
+            )
+        if method == "PUT":
+            if route.subresource not in ("", "status"):
+                raise method_not_allowed(
+                    f"PUT is not supported on {resource.plural}/{route.subresource}"
+                )
+            obj = api.update(
+                resource,
+                namespace,
+                name,
+                self._json(body),
+                manager=self._manager(query),
+                dry_run=dry_run,
+                subresource=route.subresource,
+            )
+            return 200, obj
+        if method == "PATCH":
+            if route.subresource not in ("", "status"):
+                raise method_not_allowed(
+                    f"PATCH is not supported on {resource.plural}/{route.subresource}"
+                )
+            content_type = record["content_type"]
+            manager = query.get("fieldManager") or None
+            if content_type != "application/apply-patch+yaml" and manager is None:
+                manager = self._manager(query)
+            code, obj = api.patch(
+                resource,
+                namespace,
+                name,
+                content_type,
+                body,
+                manager=manager,
+                dry_run=dry_run,
+                force=query.get("force") in ("true", "1"),
+                subresource=route.subresource,
+            )
+            return code, obj
+        if method == "DELETE":
+            if route.subresource:
+                raise method_not_allowed(
+                    f"DELETE is not supported on {resource.plural}/{route.subresource}"
+                )
+            return 200, api.delete(resource, namespace, name, dry_run=dry_run)
+        raise method_not_allowed(f"{method} is not supported")
+
+    def _list(self, route: Route, query: dict[str, str]) -> bytes:
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError:
+            raise bad_request(f"invalid limit {query.get('limit')!r}") from None
+        page: Page = self.server.api.list(
+            route.resource,
+            route.namespace,
+            label_selector=query.get("labelSelector", ""),
+            field_selector=query.get("fieldSelector", ""),
+            limit=max(0, limit),
+            token=query.get("continue") or None,
+        )
+        metadata: dict[str, Any] = {"resourceVersion": page.resource_version}
+        if page.continue_token:
+            metadata["continue"] = page.continue_token
+        if page.remaining is not None:
+            metadata["remainingItemCount"] = page.remaining
+        head = json.dumps(
+            {
+                "kind": route.resource.list_kind,
+                "apiVersion": route.resource.group_version,
+                "metadata": metadata,
+            },
+            separators=(",", ":"),
+        )
+        return (head[:-1] + ',"items":[' + ",".join(page.items) + "]}").encode()
+
+    def _json(self, body: bytes) -> Any:
+        content_type = (
+            (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        )
+        if content_type not in ("application/json", "*/*", ""):
+            raise unsupported_media_type(content_type)
+        try:
+            return json.loads(body or b"null")
+        except ValueError as e:
+            raise bad_request(f"the body of the request was in an unknown format: {e}") from None
+
+    def _manager(self, query: dict[str, str]) -> str:
+        """fieldManager, else the User-Agent's product name, as the API server derives it."""
+        if query.get("fieldManager"):
+            return query["fieldManager"]
+        agent = self.headers.get("User-Agent") or "unknown"
+        return agent.split("/", 1)[0][:128]
+
+    def _discovery(self, method: str, path: str) -> tuple[int, Any]:
+        if method != "GET":
+            raise method_not_allowed(f"{method} is not supported on {path}")
+        parts = path.strip("/").split("/")
+        if parts[0] == "api":
+            document = resources.resource_list("", "v1")
+        else:
+            document = resources.resource_list(parts[1], parts[2])
+        if document is None:
+            raise not_implemented_path(path)
+        return 200, document
+
+    def _non_resource(self, method: str, path: str) -> tuple[int, Any]:
+        if method != "GET":
+            raise not_implemented_path(path)
+        clean = "/" + path.strip("/")
+        if clean == "/version":
+            return 200, resources.VERSION
+        if clean == "/api":
+            return 200, resources.api_versions()
+        if clean == "/apis":
+            return 200, resources.api_group_list()
+        if clean in ("/healthz", "/readyz", "/livez"):
+            return 200, b"ok"
+        parts = clean.strip("/").split("/")
+        if len(parts) == 2 and parts[0] == "apis":
+            group = resources.api_group(parts[1])
+            if group is not None:
+                return 200, group
+        raise not_implemented_path(path)
+
+
+def _dry_run(query: dict[str, str]) -> bool:
+    value = query.get("dryRun")
+    if value is None or value == "":
+        return False
+    if value != "All":
+        raise bad_request(
+            f'Invalid dryRun parameter: unsupported value "{value}", supported values: "All"'
+        )
+    return True
+
+
+def _verb(method: str, route: Route, query: dict[str, str]) -> str:
+    if method == "GET":
+        if route.name is None:
+            return "watch" if query.get("watch") in ("true", "1") else "list"
+        return "get"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+        method, method.lower()
+    )
+
+
+class SandboxHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self, port: int, api: SandboxApi, token: str | None, tls: ssl.SSLContext | None
+    ) -> None:
+        self.api = api
+        self.token = token
+        self.faults: FaultInjector | None = None
+        self.requests: list[RequestRecord] = []
+        self._log_lock = threading.Lock()
+        self.observers: list[Callable[[RequestRecord], None]] = []
+        super().__init__(("127.0.0.1", port), Handler)
+        if tls is not None:
+            self.socket = tls.wrap_socket(
+                self.socket, server_side=True, do_handshake_on_connect=False
+            )
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hangs up or fails the handshake is not the server's problem to report.
+        return
+
+    def record(self, entry: RequestRecord) -> None:
+        with self._log_lock:
+            self.requests.append(entry)
+        for observer in self.observers:
+            observer(entry)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()

@@ -11,15 +11,17 @@ server's Status reason and message and never a header, token or kubeconfig conte
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
+from urllib.parse import quote
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import config
+from kubernetes.client.api_client import ApiClient
+from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
@@ -94,6 +96,20 @@ def _describe_transport_error(error: urllib3.exceptions.HTTPError) -> str:
     return f"the API server connection failed: {type(reason).__name__}"
 
 
+def label_managers(metadata: dict[str, Any]) -> dict[str, str]:
+    """label key -> field manager that wrote it last, from metadata.managedFields."""
+    found: dict[str, tuple[str, str]] = {}
+    for entry in metadata.get("managedFields") or ():
+        labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
+        when = str(entry.get("time") or "")
+        for field in labels:
+            if field.startswith("f:"):
+                key = field[2:]
+                if key not in found or when >= found[key][1]:
+                    found[key] = (str(entry.get("manager") or ""), when)
+    return {key: manager for key, (manager, _) in found.items()}
+
+
 def node_from_json(item: dict[str, Any]) -> LiveNode:
     metadata = item.get("metadata") or {}
     spec = item.get("spec") or {}
@@ -104,17 +120,20 @@ def node_from_json(item: dict[str, Any]) -> LiveNode:
         annotations=dict(metadata.get("annotations") or {}),
         unschedulable=bool(spec.get("unschedulable", False)),
         taints=tuple(spec.get("taints") or ()),
+        label_managers=label_managers(metadata),
     )
 
 
 class Cluster:
-    """A connection to one API server, built from a kubeconfig or in-cluster credentials."""
+    """A connection to one API server, built from a kubeconfig or in-cluster credentials.
 
-    def __init__(
-        self, api_client: client.ApiClient, *, request_timeout: float | None = None
-    ) -> None:
+    Requests go through the official client's ApiClient (configuration, credentials and
+    their refresh, TLS, connection pool) with paths built here: the generated typed API
+    classes would cost most of a second of start-up to import, for no gain.
+    """
+
+    def __init__(self, api_client: ApiClient, *, request_timeout: float | None = None) -> None:
         self.api_client = api_client
-        self.core = client.CoreV1Api(api_client)
         self.request_timeout = request_timeout
 
     @classmethod
@@ -127,7 +146,7 @@ class Cluster:
     ) -> Cluster:
         """Credentials as kubectl finds them: --kubeconfig, $KUBECONFIG (several files
         joined by ':'), ~/.kube/config, and in a pod the service account."""
-        configuration = client.Configuration()
+        configuration = Configuration()
         path = (
             kubeconfig or os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
         )
@@ -152,7 +171,7 @@ class Cluster:
         except ConfigException as e:
             raise ConfigError(f"cannot use kubeconfig: {_config_problem(e)}") from None
         configuration.retries = False  # retries are decided by reconcile, not urllib3
-        api_client = client.ApiClient(configuration)
+        api_client = ApiClient(configuration)
         api_client.user_agent = USER_AGENT
         return cls(api_client, request_timeout=request_timeout)
 
@@ -165,13 +184,47 @@ class Cluster:
 
     # --- raw requests -------------------------------------------------------------------
 
-    def _json(self, response: Any) -> Any:
-        return json.loads(response.data)
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One API request; the decoded JSON answer, or our exception for a failure."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        method, url, headers, body, _ = self.api_client.param_serialize(
+            method,
+            path,
+            query_params=params,
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
+        )
 
-    def _paged(self, fetch: Callable[[str | None], Any]) -> Iterator[dict[str, Any]]:
+        def send() -> Any:
+            response = self.api_client.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=self.request_timeout
+            )
+            response.read()
+            if not 200 <= response.status <= 299:
+                raise ApiException.from_response(http_resp=response, body=None, data=None)
+            return json.loads(response.data) if response.data else None
+
+        return _call(send)
+
+    def list_all(
+        self, path: str, *, page_size: int = PAGE_SIZE, **query: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Every item of a collection, one page at a time (ceil(N / page_size) requests)."""
         token: str | None = None
         while True:
-            page = self._json(_call(functools.partial(fetch, token)))
+            page = self.request("GET", path, query={**query, "limit": page_size, "continue": token})
             yield from page.get("items") or ()
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -182,39 +235,19 @@ class Cluster:
     def list_nodes(
         self, *, label_selector: str | None = None, page_size: int = PAGE_SIZE
     ) -> list[LiveNode]:
-        """Every node, one paginated LIST (ceil(N / page_size) requests)."""
-
-        def fetch(token: str | None) -> Any:
-            return self.core.list_node(
-                limit=page_size,
-                _continue=token,
-                label_selector=label_selector,
-                _preload_content=False,
-                _request_timeout=self.request_timeout,
-            )
-
-        return [node_from_json(item) for item in self._paged(fetch)]
+        """Every node, one paginated LIST."""
+        items = self.list_all("/api/v1/nodes", page_size=page_size, labelSelector=label_selector)
+        return [node_from_json(item) for item in items]
 
     def get_node(self, name: str) -> LiveNode:
-        response = _call(
-            lambda: self.core.read_node(
-                name, _preload_content=False, _request_timeout=self.request_timeout
-            )
-        )
-        return node_from_json(self._json(response))
+        return node_from_json(self.request("GET", f"/api/v1/nodes/{quote(name)}"))
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
         """A JSON merge patch (null deletes); a resourceVersion in it is a precondition."""
-        response = _call(
-            lambda: self.core.patch_node(
-                name,
-                patch,
-                _content_type=MERGE_PATCH,
-                _preload_content=False,
-                _request_timeout=self.request_timeout,
-            )
+        answer = self.request(
+            "PATCH", f"/api/v1/nodes/{quote(name)}", body=patch, content_type=MERGE_PATCH
         )
-        return node_from_json(self._json(response))
+        return node_from_json(answer)
 
 
 def _config_problem(error: ConfigException) -> str:

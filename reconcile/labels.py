@@ -7,6 +7,7 @@ server refuses a request, and the sandbox answers with them too.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Final
 
@@ -95,9 +96,13 @@ def is_dns1123_label(value: str) -> list[str]:
 
 
 def is_qualified_name(value: str) -> list[str]:
-    """Problems with a label key (or any qualified name); empty when it is valid.
+    """Problems with a label key (or any qualified name); empty when it is valid."""
+    return list(_qualified_name_problems(value))
 
-    The v1.36 form (api/validate/content.IsLabelKey): lengths in bytes, "a valid label
+
+@functools.lru_cache(maxsize=4096)  # a fleet repeats the same few dozen keys on every node
+def _qualified_name_problems(value: str) -> tuple[str, ...]:
+    """The v1.36 form (api/validate/content.IsLabelKey): lengths in bytes, "a valid label
     key" for a key with more than one '/'.
     """
     errors: list[str] = []
@@ -113,13 +118,13 @@ def is_qualified_name(value: str) -> list[str]:
                 "prefix part " + msg for msg in is_dns1123_subdomain(prefix, unit="bytes")
             )
     else:
-        return [
+        return (
             "a valid label key "
             + regex_error(
                 QUALIFIED_NAME_ERR_MSG, QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc"
             )
-            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-        ]
+            + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        )
     if not name:
         errors.append("name part " + empty_error())
     elif _byte_len(name) > QUALIFIED_NAME_MAX_LENGTH:
@@ -131,11 +136,13 @@ def is_qualified_name(value: str) -> list[str]:
                 QUALIFIED_NAME_ERR_MSG, QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc"
             )
         )
-    return errors
+    return tuple(errors)
 
 
 def is_valid_label_value(value: str) -> list[str]:
     """Problems with a label value; empty when it is valid (the empty string is valid)."""
+    if len(value) <= LABEL_VALUE_MAX_LENGTH and _LABEL_VALUE_RE.fullmatch(value):
+        return []  # the common case, without counting bytes (a match is ASCII-only)
     errors = []
     if _byte_len(value) > LABEL_VALUE_MAX_LENGTH:
         errors.append(max_len_error(LABEL_VALUE_MAX_LENGTH, "bytes"))
@@ -200,3 +207,45 @@ _GO_ESCAPES: Final = {
     "\t": "\\t",
     "\v": "\\v",
 }
+
+
+# --- provenance: who writes which label ----------------------------------------------------
+
+NFD: Final = "nfd-worker"
+GFD: Final = "gpu-feature-discovery"
+GPU_OPERATOR: Final = "gpu-operator"
+RECONCILE: Final = "reconcile"
+NFD_FEATURE_LABELS_ANNOTATION: Final = "nfd.node.kubernetes.io/feature-labels"
+NFD_DEFAULT_NAMESPACE: Final = "feature.node.kubernetes.io/"
+UPGRADE_STATE_LABEL: Final = "nvidia.com/gpu-driver-upgrade-state"
+
+# The field managers through which each writer's labels reach the node: GFD's labels go
+# through NFD (a feature file or a NodeFeature object) and are written by nfd-master.
+WRITER_MANAGERS: Final = {
+    NFD: frozenset({"nfd-master", "nfd-worker"}),
+    GFD: frozenset({"nfd-master", "gpu-feature-discovery"}),
+    GPU_OPERATOR: frozenset({"gpu-operator"}),
+}
+
+
+def nfd_feature_labels(annotation: str) -> frozenset[str]:
+    """Full label keys from nfd-master's feature-labels annotation (bare names are in
+    the default feature.node.kubernetes.io/ namespace)."""
+    keys = (name.strip() for name in annotation.split(","))
+    return frozenset(key if "/" in key else NFD_DEFAULT_NAMESPACE + key for key in keys if key)
+
+
+def label_owner(
+    key: str, nfd_owned: frozenset[str] = frozenset(), managed: frozenset[str] = frozenset()
+) -> str | None:
+    """Which component writes `key`: by nfd-master's record first, then by prefix, then
+    reconcile's own inventory; None when nobody known owns it."""
+    if key in nfd_owned or key.startswith(NFD_DEFAULT_NAMESPACE):
+        return NFD
+    if key == UPGRADE_STATE_LABEL or key.startswith("nvidia.com/gpu.deploy."):
+        return GPU_OPERATOR
+    if key.startswith(("nvidia.com/gpu.", "nvidia.com/cuda.", "nvidia.com/mig.")):
+        return GFD
+    if key in managed:
+        return RECONCILE
+    return None

@@ -109,6 +109,8 @@ class NodeFeatures(_Strict):
             'Label key to value. A string is the value the label must have ("" is a '
             "value); null means the label must be absent."
         ),
+        # Keys that do not match the key pattern are invalid, not "anything goes".
+        json_schema_extra={"additionalProperties": False},
     )
 
 
@@ -245,3 +247,5 @@ class LiveNode:
     annotations: dict[str, str] = field(default_factory=dict)
     unschedulable: bool = False
     taints: tuple[dict[str, Any], ...] = ()
+    # label key -> the field manager that last wrote it (from metadata.managedFields)
+    label_managers: dict[str, str] = field(default_factory=dict)

@@ -14,6 +14,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from reconcile import labels
 from reconcile.diagnostics import ReconcileError
 from reconcile.diff import LabelChange, label_drift
 from reconcile.models import DesiredNode, DesiredState, LiveNode
@@ -62,6 +63,12 @@ class PrunableLabel(_Frozen):
     value: str
 
 
+class PlanWarning(_Frozen):
+    node: str
+    key: str
+    message: str
+
+
 class Plan(_Frozen):
     apiVersion: Literal["reconcile.dev/v1alpha1"] = PLAN_API_VERSION
     kind: Literal["Plan"] = "Plan"
@@ -70,6 +77,7 @@ class Plan(_Frozen):
     missingNodes: tuple[MissingNode, ...] = ()
     # Labels reconcile set earlier that desired/ no longer declares; removed only with --prune.
     prunable: tuple[PrunableLabel, ...] = ()
+    warnings: tuple[PlanWarning, ...] = ()
 
     @property
     def has_drift(self) -> bool:
@@ -104,11 +112,44 @@ def parse_inventory(annotations: dict[str, str]) -> frozenset[str]:
     return frozenset(key for key in raw.split(",") if key)
 
 
+def owned(
+    changes: list[LabelChange], live: LiveNode, inventory: frozenset[str]
+) -> list[LabelChange]:
+    """The changes with the component that writes each label filled in."""
+    nfd = labels.nfd_feature_labels(live.annotations.get(labels.NFD_FEATURE_LABELS_ANNOTATION, ""))
+    return [
+        c.model_copy(update={"owner": labels.label_owner(c.key, nfd, inventory)}) for c in changes
+    ]
+
+
+def fights(node_plan: NodePlan, live: LiveNode) -> list[PlanWarning]:
+    """Changes that overwrite a value its owner wrote: the owner will write it back."""
+    found = []
+    for change in node_plan.changes:
+        writers = labels.WRITER_MANAGERS.get(change.owner or "", frozenset())
+        manager = live.label_managers.get(change.key)
+        if manager in writers and change.before is not None:
+            found.append(
+                PlanWarning(
+                    node=node_plan.name,
+                    key=change.key,
+                    message=(
+                        f"{change.owner} wrote {change.before!r} (field manager {manager}) and "
+                        "re-asserts it on its next resync: the label will flap unless its "
+                        "source changes too"
+                    ),
+                )
+            )
+    return found
+
+
 def plan_node(desired: DesiredNode, live: LiveNode, *, prune: bool) -> NodePlan | None:
     """What makes `live` match `desired`, or None when it already does."""
     inventory = parse_inventory(live.annotations)
     undeclared = {key for key in inventory if key not in desired.labels and key in live.labels}
-    changes = label_drift(desired.labels, live.labels, prune=undeclared if prune else ())
+    changes = owned(
+        label_drift(desired.labels, live.labels, prune=undeclared if prune else ()), live, inventory
+    )
     if not changes:
         return None
     managed = {key for key, value in desired.labels.items() if value is not None}
@@ -128,6 +169,7 @@ def build_plan(desired: DesiredState, live: Iterable[LiveNode], *, prune: bool =
     nodes: list[NodePlan] = []
     missing: list[MissingNode] = []
     prunable: list[PrunableLabel] = []
+    warnings: list[PlanWarning] = []
     for name, want in desired.nodes.items():
         node = live_by_name.get(name)
         if node is None:
@@ -136,6 +178,7 @@ def build_plan(desired: DesiredState, live: Iterable[LiveNode], *, prune: bool =
         node_plan = plan_node(want, node, prune=prune)
         if node_plan is not None:
             nodes.append(node_plan)
+            warnings.extend(fights(node_plan, node))
         if not prune:
             prunable.extend(
                 PrunableLabel(node=name, key=key, value=node.labels[key])
@@ -147,4 +190,5 @@ def build_plan(desired: DesiredState, live: Iterable[LiveNode], *, prune: bool =
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         missingNodes=tuple(missing),
         prunable=tuple(prunable),
+        warnings=tuple(warnings),
     )

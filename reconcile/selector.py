@@ -306,9 +306,15 @@ def _field_invalid(field: str, value: Any, detail: str) -> str:
     return f"{field}: Invalid value: {shown}: {detail}"
 
 
-def new_requirement(key: str, op: Op, values: tuple[str, ...]) -> Requirement:
+def new_requirement(key: str, op: Op | str, values: tuple[str, ...]) -> Requirement:
     """labels.NewRequirement: the requirement, or SelectorError with every problem."""
     problems = []
+    if op not in set(Op):
+        supported = ", ".join(labels.go_quote(o) for o in (*_BINARY_OPERATORS, "exists", "!"))
+        raise SelectorError(
+            f"operator: Unsupported value: {labels.go_quote(str(op))}: supported values: {supported}"
+        )
+    op = Op(op)
     key_problems = labels.is_qualified_name(key)
     if key_problems:
         problems.append(_field_invalid("key", key, "; ".join(key_problems)))

@@ -107,6 +107,8 @@ def render_plan(
         out.write(drift_line(node, change, show_owner=show_owner) + "\n")
     for missing in plan.missingNodes:
         err.write(_missing_note(missing) + "\n")
+    for warning in plan.warnings:
+        err.write(f"warning: {warning.node} {warning.key}: {warning.message}\n")
     if plan.prunable:
         err.write(
             f"note: {len(plan.prunable)} label(s) set by reconcile are no longer declared; "
@@ -133,6 +135,10 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
         out.write("\n**Declared but not in the cluster:**\n\n")
         for missing in plan.missingNodes:
             out.write(f"- `{missing.name}` ({_md(missing.source)})\n")
+    if plan.warnings:
+        out.write("\n**Warnings:**\n\n")
+        for warning in plan.warnings:
+            out.write(f"- `{warning.node}` `{warning.key}`: {_md(warning.message)}\n")
     if plan.prunable:
         out.write(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
 

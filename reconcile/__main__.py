@@ -1,0 +1,5 @@
+"""`python -m reconcile`: the same as the `reconcile` command."""
+
+from reconcile.cli import main
+
+main()

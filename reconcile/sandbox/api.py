@@ -16,8 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Final
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
+import yaml
 
 from reconcile import apivalidation
 from reconcile.sandbox import defaults, disruption, fields
@@ -276,8 +275,10 @@ class SandboxApi:
         if not manager:
             raise invalid_object_options()
         try:
-            config = YAML(typ="safe", pure=True).load(raw.decode("utf-8"))
-        except (YAMLError, UnicodeDecodeError) as e:
+            config = yaml.load(
+                raw.decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            )
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
             raise bad_request(f"error decoding YAML: {e}") from None
         if not isinstance(config, dict):
             raise bad_request("apply patch must be an object")

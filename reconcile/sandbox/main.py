@@ -8,14 +8,13 @@ import os
 import signal
 import subprocess
 import tempfile
-import threading
+import time
 from importlib import resources as package_files
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
+import yaml
 
 from reconcile.diagnostics import ReconcileError
 from reconcile.sandbox import Sandbox, SeedError
@@ -39,8 +38,9 @@ def seed_text(seed: str) -> tuple[str, str]:
 def parse_seed(text: str, shown: str) -> list[dict[str, Any]]:
     """Objects of a `kind: List` or a multi-document YAML stream, as kubectl writes them."""
     try:
-        documents = [d for d in YAML(typ="safe", pure=True).load_all(text) if d is not None]
-    except YAMLError as e:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        documents = [d for d in yaml.load_all(text, Loader=loader) if d is not None]
+    except yaml.YAMLError as e:
         raise ReconcileError(f"{shown}: malformed YAML: {e}") from None
     objects: list[dict[str, Any]] = []
     for document in documents:
@@ -75,22 +75,25 @@ def run(
         sandbox.start()
     except OSError as e:
         raise ReconcileError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
-    with tempfile.TemporaryDirectory(prefix="reconcile-sandbox-") as scratch:
-        kubeconfig = sandbox.write_kubeconfig(kubeconfig_out or Path(scratch) / "kubeconfig")
-        err.write(
-            f"sandbox: serving {len(objects)} object(s) on {sandbox.url} (kubeconfig: {kubeconfig})\n"
-        )
-        err.flush()
-        stop = threading.Event()
-        child: subprocess.Popen[bytes] | None = None
+    # The handler only flips a flag: taking a lock there (Event.set) can deadlock with the
+    # main thread holding that same lock at the moment the signal lands. It is installed
+    # before the kubeconfig appears, so whoever waits for that file may signal at once.
+    stopping = [False]
+    child: subprocess.Popen[bytes] | None = None
 
-        def on_signal(number: int, frame: FrameType | None) -> None:
-            if child is not None and child.poll() is None:
-                child.send_signal(number)
-            stop.set()
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        if child is not None and child.poll() is None:
+            child.send_signal(number)
+        stopping[0] = True
 
-        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with tempfile.TemporaryDirectory(prefix="reconcile-sandbox-") as scratch:
+            kubeconfig = sandbox.write_kubeconfig(kubeconfig_out or Path(scratch) / "kubeconfig")
+            err.write(
+                f"sandbox: serving {len(objects)} object(s) on {sandbox.url} (kubeconfig: {kubeconfig})\n"
+            )
+            err.flush()
             if command:
                 if command[0] == "--":
                     command = command[1:]
@@ -100,10 +103,11 @@ def run(
                 except OSError as e:
                     raise ReconcileError(f"cannot run {command[0]}: {e.strerror}") from None
                 return child.wait()
-            stop.wait()
+            while not stopping[0]:
+                time.sleep(0.1)
             return 0
-        finally:
-            for number, handler in previous.items():
-                signal.signal(number, handler)
-            sandbox.stop()
-            err.write("sandbox: stopped\n")
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        sandbox.stop()
+        err.write("sandbox: stopped\n")

@@ -258,3 +258,67 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
                 )
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": entries}
+
+
+# --- OpenAPI v3 ------------------------------------------------------------------------------
+# Only as much as kubectl reads: whether PATCH of a kind takes `fieldValidation`, so that
+# `kubectl apply/create` let the server validate instead of downloading the full schema.
+
+_FIELD_VALIDATION = {
+    "name": "fieldValidation",
+    "in": "query",
+    "description": "Ignore, Warn or Strict",
+    "schema": {"type": "string", "uniqueItems": True},
+}
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def openapi_v3_root() -> dict[str, Any]:
+    versions = dict.fromkeys((r.group, r.version) for r in RESOURCES)
+    return {
+        "paths": {
+            _gv_path(g, v): {
+                "serverRelativeURL": f"/openapi/v3/{_gv_path(g, v)}?hash=reconcile-sandbox"
+            }
+            for g, v in versions
+        }
+    }
+
+
+def openapi_v3_group_version(path: str) -> dict[str, Any] | None:
+    members = [r for r in RESOURCES if _gv_path(r.group, r.version) == path]
+    if not members:
+        return None
+    paths: dict[str, Any] = {}
+    for r in members:
+        base = (
+            f"/{path}/namespaces/{{namespace}}/{r.plural}"
+            if r.namespaced
+            else f"/{path}/{r.plural}"
+        )
+        gvk = {"group": r.group, "version": r.version, "kind": r.kind}
+        paths[base + "/{name}"] = {
+            "patch": {
+                "operationId": f"patch{r.kind}",
+                "parameters": [_FIELD_VALIDATION],
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": gvk,
+            }
+        }
+        paths[base] = {
+            "post": {
+                "operationId": f"create{r.kind}",
+                "parameters": [_FIELD_VALIDATION],
+                "x-kubernetes-action": "post",
+                "x-kubernetes-group-version-kind": gvk,
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
+        "paths": paths,
+        "components": {},
+    }

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from reconcile.sandbox import resources
+from reconcile.sandbox import resources, tables
 from reconcile.sandbox.api import SandboxApi
 from reconcile.sandbox.errors import (
     ApiStatus,
@@ -241,11 +241,21 @@ class Handler(BaseHTTPRequestHandler):
         resource, name = route.resource, route.name
         namespace = route.namespace or ""
         if method == "GET":
+            as_table = tables.wants_table(self.headers.get("Accept") or "")
             if name is None:
                 if query.get("watch") in ("true", "1"):
                     raise method_not_allowed("watch is not supported by the reconcile sandbox")
-                return 200, self._list(route, query)
-            return 200, api.get(resource, namespace, name).encode()
+                page = self._page(route, query)
+                if as_table:
+                    return 200, tables.table(
+                        resource.kind, page.items, page.resource_version, page.continue_token
+                    )
+                return 200, self._list_body(route, page)
+            encoded = api.get(resource, namespace, name)
+            if as_table:
+                version = json.loads(encoded)["metadata"].get("resourceVersion", "")
+                return 200, tables.table(resource.kind, [encoded], version, None)
+            return 200, encoded.encode()
         if method == "POST":
             if name is None:
                 if route.namespace is None and resource.namespaced:
@@ -315,12 +325,12 @@ class Handler(BaseHTTPRequestHandler):
             return 200, api.delete(resource, namespace, name, dry_run=dry_run)
         raise method_not_allowed(f"{method} is not supported")
 
-    def _list(self, route: Route, query: dict[str, str]) -> bytes:
+    def _page(self, route: Route, query: dict[str, str]) -> Page:
         try:
             limit = int(query.get("limit") or 0)
         except ValueError:
             raise bad_request(f"invalid limit {query.get('limit')!r}") from None
-        page: Page = self.server.api.list(
+        return self.server.api.list(
             route.resource,
             route.namespace,
             label_selector=query.get("labelSelector", ""),
@@ -328,6 +338,9 @@ class Handler(BaseHTTPRequestHandler):
             limit=max(0, limit),
             token=query.get("continue") or None,
         )
+
+    @staticmethod
+    def _list_body(route: Route, page: Page) -> bytes:
         metadata: dict[str, Any] = {"resourceVersion": page.resource_version}
         if page.continue_token:
             metadata["continue"] = page.continue_token
@@ -385,6 +398,12 @@ class Handler(BaseHTTPRequestHandler):
             return 200, resources.api_group_list()
         if clean in ("/healthz", "/readyz", "/livez"):
             return 200, b"ok"
+        if clean == "/openapi/v3":
+            return 200, resources.openapi_v3_root()
+        if clean.startswith("/openapi/v3/"):
+            document = resources.openapi_v3_group_version(clean.removeprefix("/openapi/v3/"))
+            if document is not None:
+                return 200, document
         parts = clean.strip("/").split("/")
         if len(parts) == 2 and parts[0] == "apis":
             group = resources.api_group(parts[1])

@@ -1,0 +1,168 @@
+"""Bad input through the real CLI: every problem printed, exit 2, and the cluster untouched."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support import TestCluster, run_cli
+
+BAD_INPUTS = {
+    "invalid value": (
+        "nodes/lab-node-1.yaml",
+        "nvidia.com/gpu.product: NVIDIA-A10",
+        'nvidia.com/gpu.product: "NVIDIA A10"',
+    ),
+    "invalid key": (
+        "nodes/lab-node-1.yaml",
+        "nvidia.com/gpu.product:",
+        '"nvidia.com/gpu product":',
+    ),
+    "unquoted integer": (
+        "nodes/lab-node-1.yaml",
+        'nvidia.com/gpu.count: "2"',
+        "nvidia.com/gpu.count: 2",
+    ),
+    "duplicate key": (
+        "nodes/lab-node-1.yaml",
+        'nvidia.com/gpu.count: "2"',
+        'nvidia.com/gpu.count: "2"\n  nvidia.com/gpu.count: "3"',
+    ),
+    "unknown field": ("nodes/lab-node-1.yaml", "labels:", "label:"),
+    "unknown kind": ("nodes/lab-node-1.yaml", "kind: NodeFeatures", "kind: NodeLabel"),
+    "malformed yaml": ("nodes/lab-node-1.yaml", "labels:", "labels: ["),
+    "bad matrix row": ("drivers/precompiled.yaml", 'branch: "535"', "branch: r535"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_plan_and_apply_refuse_bad_input_before_any_request(
+    case: str, lab: TestCluster, workdir: Path
+) -> None:
+    file, old, new = BAD_INPUTS[case]
+    path = workdir / "desired" / file
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    versions = lab.resource_versions()
+    if lab.sandbox is not None:
+        lab.sandbox.clear_requests()
+
+    for command in ("plan", "apply"):
+        result = run_cli(command, cwd=workdir, kubeconfig=lab.kubeconfig)
+        assert result.code == 2, (command, result)
+        assert result.stdout == ""
+        assert f"desired/{file}:" in result.stderr
+        assert "nothing was sent to the cluster" in result.stderr
+
+    if lab.sandbox is not None:
+        assert lab.sandbox.requests == []
+    assert lab.resource_versions() == versions
+
+
+def test_validate_prints_every_problem_with_its_position(workdir: Path) -> None:
+    node = workdir / "desired" / "nodes" / "lab-node-1.yaml"
+    node.write_text(
+        node.read_text()
+        .replace('nvidia.com/gpu.count: "2"', "nvidia.com/gpu.count: 2")
+        .replace("nvidia.com/gpu.product: NVIDIA-A10", 'nvidia.com/gpu.product: "NVIDIA A10"')
+    )
+
+    result = run_cli("validate", cwd=workdir)
+
+    assert result.code == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(
+        "desired/nodes/lab-node-1.yaml:17:27: labels.nvidia.com/gpu.product: invalid label value"
+    )
+    assert lines[0].endswith('(sanitized: "NVIDIA-A10")')
+    assert lines[1] == (
+        "desired/nodes/lab-node-1.yaml:18:25: labels.nvidia.com/gpu.count: must be a string, but YAML "
+        'reads 2 as an integer (2): quote it to keep it exactly as written: "2"'
+    )
+
+
+def test_validate_passes_on_the_shipped_desired_state(workdir: Path) -> None:
+    result = run_cli("validate", cwd=workdir)
+    assert (result.code, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_validate_json_is_machine_readable(workdir: Path) -> None:
+    (workdir / "desired" / "nodes" / "empty.yaml").write_text("")
+
+    result = run_cli("validate", "-o", "json", cwd=workdir)
+
+    assert result.code == 2
+    document = json.loads(result.stdout)
+    assert document["valid"] is False
+    assert document["diagnostics"] == [
+        {
+            "severity": "error",
+            "summary": "empty file",
+            "detail": "remove it or declare something in it",
+            "file": "desired/nodes/empty.yaml",
+            "line": 1,
+            "column": 1,
+        }
+    ]
+
+
+def test_validate_takes_another_directory(tmp_path: Path) -> None:
+    result = run_cli("validate", "--desired", str(tmp_path / "missing"), cwd=tmp_path)
+    assert result.code == 2
+    assert "desired state directory not found: missing" in result.stderr
+
+
+def test_unreachable_cluster_is_an_error_not_drift(workdir: Path, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "dead.yaml"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+
+    result = run_cli("plan", cwd=workdir, kubeconfig=kubeconfig)
+
+    assert result.code == 2
+    assert (
+        result.stderr
+        == "error: cannot connect to the API server (connection refused or host unreachable)\n"
+    )
+
+
+def test_missing_kubeconfig_is_explained(workdir: Path) -> None:
+    result = run_cli("plan", "--kubeconfig", "nope.yaml", cwd=workdir)
+    assert (result.code, result.stderr) == (2, "error: kubeconfig not found: nope.yaml\n")
+
+
+def test_unknown_context_is_explained(lab: TestCluster, workdir: Path) -> None:
+    result = run_cli("plan", "--context", "prod", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert result.code == 2
+    assert "prod" in result.stderr
+
+
+def test_saved_plan_that_is_not_a_plan(lab: TestCluster, workdir: Path) -> None:
+    bogus = workdir / "plan.json"
+    bogus.write_text('{"kind": "Something"}')
+
+    result = run_cli("apply", str(bogus), cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert result.code == 2
+    assert "is not a saved reconcile plan" in result.stderr
+
+
+def test_bad_output_format_is_a_usage_error(workdir: Path) -> None:
+    result = run_cli("validate", "-o", "yaml", cwd=workdir)
+    assert result.code == 2
+    assert "'yaml' is not one of 'text', 'json', 'markdown'" in result.stderr

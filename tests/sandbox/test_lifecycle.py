@@ -1,0 +1,159 @@
+"""`reconcile sandbox` as a process: where it listens, how it stops, what it refuses to load."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reconcile.sandbox import Sandbox, SeedError
+from tests.support import REPO, run_cli
+
+
+def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
+    kubeconfig = tmp_path / "kubeconfig"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reconcile",
+            "sandbox",
+            "--seed",
+            "lab",
+            "--write-kubeconfig",
+            str(kubeconfig),
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 30
+    while not kubeconfig.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the sandbox did not start"
+        time.sleep(0.05)
+    return process, kubeconfig
+
+
+def _port(kubeconfig: Path) -> int:
+    server = json.loads(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    assert server.startswith("https://127.0.0.1:")
+    return int(server.rsplit(":", 1)[1])
+
+
+def test_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    process, kubeconfig = _start(tmp_path)
+    port = _port(kubeconfig)
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=15)
+
+    assert process.returncode == 0
+    assert f"on https://127.0.0.1:{port}" in stderr
+    assert stderr.rstrip().endswith("sandbox: stopped")
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2)
+
+
+def test_listens_on_loopback_only(tmp_path: Path) -> None:
+    process, kubeconfig = _start(tmp_path)
+    try:
+        port = _port(kubeconfig)
+        listening = subprocess.run(
+            ["ss", "-Htln", f"sport = :{port}"], capture_output=True, text=True, check=False
+        )
+        if listening.returncode == 0 and listening.stdout.strip():
+            addresses = {
+                line.split()[3].rsplit(":", 1)[0] for line in listening.stdout.splitlines()
+            }
+            assert addresses == {"127.0.0.1"}
+        else:  # no `ss` here: the socket's own address says the same
+            with Sandbox() as sandbox:
+                assert sandbox.server.server_address[0] == "127.0.0.1"
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=15)
+    assert process.returncode == 0
+
+
+def test_runs_a_command_against_itself_and_returns_its_exit_code(tmp_path: Path) -> None:
+    script = (
+        "import os, sys, json; "
+        "config = json.load(open(os.environ['KUBECONFIG'])); "
+        "sys.exit(7 if config['current-context'] == 'reconcile-sandbox' else 1)"
+    )
+    result = run_cli("sandbox", "--seed", "lab", "--", sys.executable, "-c", script, cwd=tmp_path)
+
+    assert result.code == 7
+    assert "sandbox: stopped" in result.stderr
+
+
+def test_the_quickstart_line_plans_and_applies(tmp_path: Path) -> None:
+    result = run_cli(
+        "sandbox",
+        "--seed",
+        "lab",
+        "--",
+        "sh",
+        "-c",
+        f"{sys.executable} -m reconcile plan; echo plan=$?; {sys.executable} -m reconcile apply; echo apply=$?; "
+        f"{sys.executable} -m reconcile plan; echo plan=$?",
+        cwd=REPO,
+    )
+
+    assert result.code == 0, result.stderr
+    assert result.lines == [
+        "lab-node-1 nvidia.com/gpu.count 2",
+        "plan=1",
+        "lab-node-1 nvidia.com/gpu.count 2",
+        "apply=0",
+        "plan=0",
+    ]
+
+
+def test_seed_file_and_its_refusals(tmp_path: Path) -> None:
+    seed = tmp_path / "seed.yaml"
+    seed.write_text(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n  labels: {a.io/b: 'bad value'}\n"
+    )
+    result = run_cli("sandbox", "--seed", str(seed), "--", "true", cwd=tmp_path)
+    assert result.code == 2
+    assert (
+        'Node \'n1\': Node "n1" is invalid: metadata.labels: Invalid value: "bad value"'
+        in result.stderr
+    )
+
+    seed.write_text("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\n")
+    result = run_cli("sandbox", "--seed", str(seed), "--", "true", cwd=tmp_path)
+    assert (result.code, result.stderr.strip()) == (
+        2,
+        f"error: seed {seed}: Widget (example.com/v1) is not served by the sandbox",
+    )
+
+    result = run_cli("sandbox", "--seed", "no-such-seed", "--", "true", cwd=tmp_path)
+    assert result.code == 2
+    assert "seed not found: no-such-seed" in result.stderr
+
+
+def test_in_process_sandbox_can_be_seeded_and_inspected() -> None:
+    with Sandbox([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}]) as sandbox:
+        assert sandbox.get("nodes", "n1") is not None
+        assert sandbox.requests == []
+    with pytest.raises(SeedError):
+        Sandbox([{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "Bad_Name"}}])
+
+
+def test_kubeconfig_is_private(tmp_path: Path) -> None:
+    with Sandbox() as sandbox:
+        path = sandbox.write_kubeconfig(tmp_path / "kc")
+    assert path.stat().st_mode & 0o077 == 0

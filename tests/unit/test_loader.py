@@ -1,0 +1,416 @@
+"""Reading desired/: what is accepted, and every refused input with its file:line:col."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from reconcile.diagnostics import Diagnostic, Severity
+from reconcile.loader import load_desired
+
+NODE = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: NodeFeatures
+metadata:
+  name: {name}
+labels:
+{labels}"""
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "desired" / "nodes").mkdir(parents=True)
+    (tmp_path / "desired" / "drivers").mkdir()
+    return tmp_path / "desired"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def node_file(tree: Path, name: str, labels: str, file: str | None = None) -> Path:
+    body = NODE.format(name=name, labels=textwrap.indent(textwrap.dedent(labels), "  "))
+    return write(tree / "nodes" / (file or f"{name}.yaml"), body)
+
+
+def errors(tree: Path) -> list[str]:
+    _, problems = load_desired(tree)
+    return [str(p) for p in problems if p.severity is Severity.ERROR]
+
+
+def only_error(tree: Path) -> str:
+    found = errors(tree)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_valid_node_is_loaded_with_null_meaning_absent(tree: Path) -> None:
+    node_file(
+        tree,
+        "n1",
+        'nvidia.com/gpu.count: "4"\nnvidia.com/gpu.present: null\nexample.com/empty: ""\n',
+    )
+
+    state, problems = load_desired(tree)
+
+    assert problems == []
+    assert state.nodes["n1"].labels == {
+        "nvidia.com/gpu.count": "4",
+        "nvidia.com/gpu.present": None,
+        "example.com/empty": "",
+    }
+    assert str(state.nodes["n1"].source_of("nvidia.com/gpu.count")) == "desired/nodes/n1.yaml:6:3"
+
+
+def test_shipped_desired_state_is_valid() -> None:
+    state, problems = load_desired(Path(__file__).parents[2] / "desired")
+    assert [str(p) for p in problems] == []
+    assert sorted(state.nodes) == ["lab-node-0", "lab-node-1", "lab-node-2"]
+    assert len(state.matrix) == 3
+
+
+def test_invalid_value_says_why_and_suggests_the_sanitized_value(tree: Path) -> None:
+    node_file(tree, "n1", 'nvidia.com/gpu.product: "NVIDIA A100-SXM4-40GB"\n')
+
+    message = only_error(tree)
+
+    assert message.startswith(
+        "desired/nodes/n1.yaml:6:27: labels.nvidia.com/gpu.product: invalid label value "
+        '"NVIDIA A100-SXM4-40GB": a valid label must be an empty string or consist of'
+    )
+    assert message.endswith('(sanitized: "NVIDIA-A100-SXM4-40GB")')
+
+
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        ("nvidia.com/gpu product", "name part must consist of alphanumeric characters"),
+        ("Nvidia.com/gpu", "prefix part a lowercase RFC 1123 subdomain"),
+        ("/gpu", "prefix part must be non-empty"),
+        ("a/b/c", "a valid label key must consist of"),
+        ("nvidia.com/" + "x" * 64, "name part must be no more than 63 bytes"),
+        ("x" * 254 + "/gpu", "prefix part must be no more than 253 bytes"),
+    ],
+)
+def test_invalid_key_points_at_the_key(tree: Path, key: str, problem: str) -> None:
+    node_file(tree, "n1", f'"{key}": "true"\n')
+
+    message = only_error(tree)
+
+    assert message.startswith(f"desired/nodes/n1.yaml:6:3: invalid label key {json.dumps(key)}: ")
+    assert problem in message
+
+
+@pytest.mark.parametrize(
+    ("written", "reads_as"),
+    [
+        ("4", "an integer (4)"),
+        ("07", "an integer (7)"),
+        ("22.10", "a number (22.1)"),
+        ("true", "a boolean (True)"),
+        ("2024-01-01", "a date"),
+    ],
+)
+def test_unquoted_non_string_values_are_refused_with_a_quoting_hint(
+    tree: Path, written: str, reads_as: str
+) -> None:
+    node_file(tree, "n1", f"nvidia.com/cuda.driver.rev: {written}\n")
+
+    message = only_error(tree)
+
+    assert message.startswith(
+        "desired/nodes/n1.yaml:6:31: labels.nvidia.com/cuda.driver.rev: must be a string"
+    )
+    assert f"YAML reads {written} as {reads_as}" in message
+    assert message.endswith(f'quote it to keep it exactly as written: "{written}"')
+
+
+def test_every_duplicate_key_is_reported_not_just_the_first(tree: Path) -> None:
+    node_file(tree, "n1", 'a.io/x: "1"\na.io/y: "2"\na.io/x: "3"\na.io/y: "4"\n')
+
+    found = errors(tree)
+
+    assert found == [
+        'desired/nodes/n1.yaml:8:3: duplicate key "a.io/x": first defined on line 6; a key may appear once',
+        'desired/nodes/n1.yaml:9:3: duplicate key "a.io/y": first defined on line 7; a key may appear once',
+    ]
+
+
+def test_the_same_node_declared_twice_names_both_places(tree: Path) -> None:
+    node_file(tree, "n1", 'a.io/x: "1"\n')
+    node_file(tree, "n1", 'a.io/y: "1"\n', file="n1-again.yaml")
+
+    message = only_error(tree)
+
+    assert message == (
+        "desired/nodes/n1.yaml:4:9: node n1 is declared twice: first declared at "
+        "desired/nodes/n1-again.yaml:4:9; declare each node in one file"
+    )
+
+
+def test_yaml_and_env_for_the_same_node_are_a_duplicate(tree: Path) -> None:
+    node_file(tree, "n1", 'a.io/x: "1"\n')
+    write(tree / "nodes" / "n1.env", "a.io/y=1\n")
+
+    assert "node n1 is declared twice" in only_error(tree)
+
+
+def test_unknown_field_lists_what_is_allowed(tree: Path) -> None:
+    write(
+        tree / "nodes" / "n1.yaml", NODE.format(name="n1", labels='  a.io/x: "1"\n') + "lable: {}\n"
+    )
+
+    assert only_error(tree) == (
+        "desired/nodes/n1.yaml:7:1: unknown field 'lable': allowed here: apiVersion, kind, metadata, labels"
+    )
+
+
+def test_unknown_field_in_metadata(tree: Path) -> None:
+    write(
+        tree / "nodes" / "n1.yaml",
+        NODE.format(name="n1", labels='  a.io/x: "1"\n').replace(
+            "  name: n1\n", "  name: n1\n  namespace: x\n"
+        ),
+    )
+
+    assert (
+        only_error(tree)
+        == "desired/nodes/n1.yaml:5:3: unknown field 'metadata.namespace': allowed here: name"
+    )
+
+
+def test_unknown_kind(tree: Path) -> None:
+    write(
+        tree / "nodes" / "n1.yaml",
+        "apiVersion: reconcile.dev/v1alpha1\nkind: NodeLabels\nmetadata: {name: n1}\n",
+    )
+
+    assert only_error(tree) == (
+        'desired/nodes/n1.yaml:2:7: unknown kind "NodeLabels": allowed in desired/nodes/: '
+        "kind NodeFeatures, apiVersion reconcile.dev/v1alpha1"
+    )
+
+
+def test_kind_in_the_wrong_directory(tree: Path) -> None:
+    write(tree / "drivers" / "n1.yaml", NODE.format(name="n1", labels='  a.io/x: "1"\n'))
+
+    assert only_error(tree).startswith(
+        "desired/drivers/n1.yaml:2:7: kind NodeFeatures does not belong in desired/drivers/"
+    )
+
+
+def test_wrong_api_version(tree: Path) -> None:
+    write(
+        tree / "nodes" / "n1.yaml",
+        NODE.format(name="n1", labels='  a.io/x: "1"\n').replace("v1alpha1", "v1"),
+    )
+
+    assert (
+        only_error(tree)
+        == "desired/nodes/n1.yaml:1:13: apiVersion must be 'reconcile.dev/v1alpha1'"
+    )
+
+
+def test_missing_labels_and_bad_node_name(tree: Path) -> None:
+    write(
+        tree / "nodes" / "n1.yaml",
+        "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata: {name: Node_1}\n",
+    )
+
+    found = errors(tree)
+
+    assert found[0] == "desired/nodes/n1.yaml:1:1: missing required field 'labels'"
+    assert found[1].startswith(
+        'desired/nodes/n1.yaml:3:18: metadata.name: invalid name "Node_1": a lowercase RFC 1123'
+    )
+
+
+def test_malformed_yaml(tree: Path) -> None:
+    write(tree / "nodes" / "n1.yaml", "apiVersion: [unclosed\nkind: NodeFeatures\n")
+
+    message = only_error(tree)
+
+    assert message.startswith("desired/nodes/n1.yaml:2:5: malformed YAML:")
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "# only a comment\n", "---\n"])
+def test_empty_files_are_refused(tree: Path, content: str) -> None:
+    write(tree / "nodes" / "n1.yaml", content)
+
+    assert only_error(tree).startswith("desired/nodes/n1.yaml:1:1: empty file")
+
+
+def test_alias_bomb_is_refused_without_expanding(tree: Path) -> None:
+    bomb = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    bomb += [
+        f"{c}: &{c} [{', '.join(['*' + p] * 9)}]"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    ]
+    write(tree / "nodes" / "n1.yaml", "\n".join(bomb) + "\n")
+
+    found = errors(tree)
+
+    assert found[0] == (
+        "desired/nodes/n1.yaml:1:4: YAML anchors and aliases are not allowed: write the value out "
+        "in full (desired state is reviewed line by line)"
+    )
+
+
+def test_merge_keys_are_refused(tree: Path) -> None:
+    write(tree / "nodes" / "n1.yaml", NODE.format(name="n1", labels="  <<: {a.io/x: '1'}\n"))
+
+    assert "YAML merge keys (<<) are not allowed" in only_error(tree)
+
+
+def test_all_problems_of_all_files_are_reported_in_one_run(tree: Path) -> None:
+    node_file(tree, "n1", "a.io/x: 4\n")
+    node_file(tree, "n2", '"bad key": "1"\nb.io/y: "white space"\n')
+    write(tree / "drivers" / "m.csv", "driver_branch,kernel\n")
+
+    found = errors(tree)
+
+    assert [f.split(":")[0] for f in found] == [
+        "desired/drivers/m.csv",
+        "desired/nodes/n1.yaml",
+        "desired/nodes/n2.yaml",
+        "desired/nodes/n2.yaml",
+    ]
+
+
+def test_env_file_is_the_nfd_local_feature_format(tree: Path) -> None:
+    write(
+        tree / "nodes" / "n1.env",
+        "# facts reported by the worker\nnvidia.com/gpu.count=2\ncustom-gpu-training\nkernel.flag=\n",
+    )
+
+    state, problems = load_desired(tree)
+
+    assert problems == []
+    assert state.nodes["n1"].labels == {
+        "nvidia.com/gpu.count": "2",
+        "feature.node.kubernetes.io/custom-gpu-training": "true",
+        "feature.node.kubernetes.io/kernel.flag": "",
+    }
+
+
+def test_env_file_problems_have_lines(tree: Path) -> None:
+    write(
+        tree / "nodes" / "n1.env",
+        "nvidia.com/gpu.count=2\nnvidia.com/gpu.product=NVIDIA A10\nnvidia.com/gpu.count=3\n",
+    )
+
+    found = errors(tree)
+
+    assert found[0].startswith(
+        'desired/nodes/n1.env:2:24: labels.nvidia.com/gpu.product: invalid label value "NVIDIA A10"'
+    )
+    assert found[1] == (
+        'desired/nodes/n1.env:3:1: duplicate key "nvidia.com/gpu.count": first defined on line 1; a key may appear once'
+    )
+
+
+def test_matrix_csv_is_read(tree: Path) -> None:
+    write(
+        tree / "drivers" / "m.csv",
+        "driver_branch,kernel,os_tag\n550,5.15.0-119-generic,ubuntu22.04\n",
+    )
+
+    state, problems = load_desired(tree)
+
+    assert problems == []
+    assert state.matrix_tags == {"550-5.15.0-119-generic-ubuntu22.04"}
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (
+            "branch,kernel,os\n",
+            "desired/drivers/m.csv:1:1: bad CSV header 'branch,kernel,os': the first line must be exactly driver_branch,kernel,os_tag",
+        ),
+        (
+            "driver_branch,kernel,os_tag\n550,,ubuntu22.04\n",
+            "desired/drivers/m.csv:2:1: blank field kernel: every column needs a value",
+        ),
+        (
+            "driver_branch,kernel,os_tag\n550,5.15.0-119-generic\n",
+            "desired/drivers/m.csv:2:1: expected 3 fields, found 2: driver_branch,kernel,os_tag",
+        ),
+        (
+            "driver_branch,kernel,os_tag\n550,k1,ubuntu22.04\n535,k2,ubuntu22.04\n550,k1,ubuntu22.04\n",
+            "desired/drivers/m.csv:4:1: duplicate support-matrix row 550-k1-ubuntu22.04: first listed at desired/drivers/m.csv:2:1",
+        ),
+        (
+            "driver_branch,kernel,os_tag\nr550,k1,ubuntu22.04\n",
+            "desired/drivers/m.csv:2:1: driver_branch: String should match pattern '^[0-9]+$'",
+        ),
+    ],
+)
+def test_matrix_csv_refusals(tree: Path, content: str, expected: str) -> None:
+    write(tree / "drivers" / "m.csv", content)
+
+    assert only_error(tree) == expected
+
+
+def test_matrix_yaml_duplicate_across_files(tree: Path) -> None:
+    write(
+        tree / "drivers" / "a.yaml",
+        "apiVersion: reconcile.dev/v1alpha1\nkind: DriverSupportMatrix\nmetadata: {name: a}\n"
+        "rows:\n- {branch: '550', kernel: k1, osTag: ubuntu22.04}\n",
+    )
+    write(tree / "drivers" / "b.csv", "driver_branch,kernel,os_tag\n550,k1,ubuntu22.04\n")
+
+    assert only_error(tree) == (
+        "desired/drivers/b.csv:2:1: duplicate support-matrix row 550-k1-ubuntu22.04: first listed at desired/drivers/a.yaml:5:3"
+    )
+
+
+def test_file_that_is_not_utf8(tree: Path) -> None:
+    (tree / "nodes" / "n1.yaml").write_bytes(b"labels: {a: \xff}\n")
+
+    assert only_error(tree).startswith("desired/nodes/n1.yaml: file is not UTF-8 text")
+
+
+def test_missing_desired_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    assert errors(tmp_path / "nowhere") == [
+        "desired state directory not found: nowhere: pass --desired DIR or run from the directory that holds desired/"
+    ]
+
+
+def test_stray_files_are_warned_about_not_loaded(tree: Path) -> None:
+    write(tree / "labels.yaml", "x: 1\n")
+    write(tree / "README.md", "# notes\n")
+
+    _, problems = load_desired(tree)
+
+    assert problems == [
+        Diagnostic(
+            Severity.WARNING,
+            "file ignored",
+            problems[0].source,
+            "desired state lives in nodes/*.yaml|*.env, drivers/*.yaml|*.csv and workloads/**.yaml",
+        )
+    ]
+    assert str(problems[0].source) == "desired/labels.yaml"
+
+
+def test_several_documents_in_one_file(tree: Path) -> None:
+    write(
+        tree / "nodes" / "all.yaml",
+        NODE.format(name="n1", labels='  a.io/x: "1"\n')
+        + "---\n"
+        + NODE.format(name="n2", labels='  a.io/x: "2"\n'),
+    )
+
+    state, problems = load_desired(tree)
+
+    assert problems == []
+    assert sorted(state.nodes) == ["n1", "n2"]

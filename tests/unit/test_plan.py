@@ -1,0 +1,293 @@
+"""Planning and rendering, without a cluster: drift, inventory, prune, stale plans, views."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from reconcile.apply import ApplyResult, NodeResult, apply_plan, check_fresh
+from reconcile.diagnostics import Source, StalePlan
+from reconcile.diff import Action, LabelChange, label_drift
+from reconcile.models import DesiredNode, DesiredState, LiveNode
+from reconcile.plan import INVENTORY_ANNOTATION, Plan, build_plan
+from reconcile.views import Format, render_apply, render_plan
+
+GOLDEN = Path(__file__).parents[1] / "golden"
+
+
+def desired(**nodes: dict[str, str | None]) -> DesiredState:
+    return DesiredState(
+        nodes={
+            name: DesiredNode(name, labels, Source(f"desired/nodes/{name}.yaml", 4, 9))
+            for name, labels in nodes.items()
+        }
+    )
+
+
+def live(name: str, labels: dict[str, str], rv: str = "10", **annotations: str) -> LiveNode:
+    return LiveNode(name=name, resource_version=rv, labels=labels, annotations=dict(annotations))
+
+
+def test_drift_compares_only_declared_keys_and_keeps_absent_apart_from_empty() -> None:
+    changes = label_drift(
+        {"a.io/set": "1", "a.io/empty": "", "a.io/gone": None, "a.io/same": "x"},
+        {"a.io/set": "2", "a.io/gone": "", "a.io/same": "x", "a.io/other": "untouched"},
+    )
+    assert [(c.key, c.action, c.before, c.after, c.shown_value) for c in changes] == [
+        ("a.io/empty", Action.ADD, None, "", '""'),
+        ("a.io/gone", Action.REMOVE, "", None, "-"),
+        ("a.io/set", Action.UPDATE, "2", "1", "1"),
+    ]
+
+
+def test_plan_records_resource_version_and_new_inventory() -> None:
+    plan = build_plan(
+        desired(n1={"a.io/x": "1", "a.io/y": None}),
+        [live("n1", {"a.io/x": "0", "a.io/y": "1"}, rv="42")],
+    )
+
+    [node] = plan.nodes
+    assert node.resourceVersion == "42"
+    assert node.inventory == ("a.io/x",)
+    assert node.patch() == {
+        "metadata": {
+            "labels": {"a.io/x": "1", "a.io/y": None},
+            "annotations": {INVENTORY_ANNOTATION: "a.io/x"},
+            "resourceVersion": "42",
+        }
+    }
+
+
+def test_in_sync_node_is_not_in_the_plan() -> None:
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {"a.io/x": "1"})])
+    assert plan.nodes == () and not plan.has_drift
+
+
+def test_missing_node_is_drift() -> None:
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [])
+    assert plan.has_drift
+    assert [(m.name, m.source) for m in plan.missingNodes] == [("n1", "desired/nodes/n1.yaml:4:9")]
+
+
+def test_prune_removes_only_what_reconcile_set_and_no_longer_declares() -> None:
+    node = live(
+        "n1",
+        {"a.io/x": "1", "a.io/old": "1", "a.io/theirs": "1"},
+        **{INVENTORY_ANNOTATION: "a.io/old,a.io/x"},
+    )
+    state = desired(n1={"a.io/x": "1"})
+
+    without = build_plan(state, [node])
+    assert without.nodes == ()
+    assert [(p.node, p.key) for p in without.prunable] == [("n1", "a.io/old")]
+
+    pruned = build_plan(state, [node], prune=True)
+    [plan] = pruned.nodes
+    assert [(c.key, c.action) for c in plan.changes] == [("a.io/old", Action.REMOVE)]
+    assert plan.inventory == ("a.io/x",)
+
+
+def test_without_prune_the_inventory_keeps_undeclared_keys_for_later() -> None:
+    node = live("n1", {"a.io/x": "0", "a.io/old": "1"}, **{INVENTORY_ANNOTATION: "a.io/old,a.io/x"})
+    [plan] = build_plan(desired(n1={"a.io/x": "1"}), [node]).nodes
+    assert plan.inventory == ("a.io/old", "a.io/x")
+
+
+def test_owner_is_attributed_and_a_fight_with_the_writer_is_warned() -> None:
+    node = LiveNode(
+        name="n1",
+        resource_version="1",
+        labels={"nvidia.com/gpu.count": "4"},
+        label_managers={"nvidia.com/gpu.count": "nfd-master"},
+    )
+    plan = build_plan(desired(n1={"nvidia.com/gpu.count": "8"}), [node])
+
+    assert plan.nodes[0].changes[0].owner == "gpu-feature-discovery"
+    [warning] = plan.warnings
+    assert warning.key == "nvidia.com/gpu.count"
+    assert "re-asserts it on its next resync" in warning.message
+
+
+def test_restoring_a_hand_edit_is_not_a_fight() -> None:
+    node = LiveNode(
+        name="n1",
+        resource_version="1",
+        labels={"nvidia.com/gpu.count": "9"},
+        label_managers={"nvidia.com/gpu.count": "kubectl-label"},
+    )
+    assert build_plan(desired(n1={"nvidia.com/gpu.count": "2"}), [node]).warnings == ()
+
+
+def test_saved_plan_round_trips(tmp_path: Path) -> None:
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {})])
+    plan.save(tmp_path / "plan.json")
+    assert Plan.load(tmp_path / "plan.json") == plan
+
+
+def test_stale_check_names_the_node_and_both_versions() -> None:
+    plan = build_plan(
+        desired(n1={"a.io/x": "1"}, n2={"a.io/x": "1"}),
+        [live("n1", {}, rv="5"), live("n2", {}, rv="6")],
+    )
+    check_fresh(plan, [live("n1", {}, rv="5"), live("n2", {}, rv="6")])
+    with pytest.raises(StalePlan) as raised:
+        check_fresh(plan, [live("n1", {}, rv="7")])
+    assert str(raised.value) == (
+        "plan is stale: n1 (resourceVersion 5 -> 7), n2 (deleted) changed since the plan was made; "
+        "nothing was applied. Run `reconcile plan` again."
+    )
+
+
+class FakeWriter:
+    """Answers patches from a dict of nodes: enough to check what apply does with answers."""
+
+    def __init__(self, nodes: dict[str, LiveNode], *, drop: set[str] | None = None) -> None:
+        self.nodes = nodes
+        self.drop = drop or set()
+        self.patches: list[tuple[str, dict[str, object]]] = []
+
+    def list_nodes(self) -> list[LiveNode]:
+        return list(self.nodes.values())
+
+    def get_node(self, name: str) -> LiveNode:
+        return self.nodes[name]
+
+    def patch_node(self, name: str, patch: dict[str, object]) -> LiveNode:
+        self.patches.append((name, patch))
+        labels = dict(self.nodes[name].labels)
+        for key, value in patch["metadata"]["labels"].items():  # type: ignore[index]
+            if key in self.drop:
+                continue  # a server that silently ignores it
+            if value is None:
+                labels.pop(key, None)
+            else:
+                labels[key] = value
+        return LiveNode(name, "99", labels)
+
+
+def test_apply_reports_a_change_the_server_did_not_take() -> None:
+    nodes = {"n1": live("n1", {"a.io/x": "0"})}
+    plan = build_plan(desired(n1={"a.io/x": "1", "a.io/y": "2"}), nodes.values())
+
+    result = apply_plan(
+        plan, FakeWriter(nodes, drop={"a.io/y"}), desired=desired(n1={"a.io/x": "1", "a.io/y": "2"})
+    )
+
+    assert not result.ok
+    [node] = result.nodes
+    assert [c.key for c in node.applied] == ["a.io/x"]
+    assert node.error == "the server's answer does not carry a.io/y"
+
+
+GOLDEN_PLAN = Plan.model_validate(
+    {
+        "nodes": [
+            {
+                "name": "lab-node-1",
+                "resourceVersion": "17",
+                "source": "desired/nodes/lab-node-1.yaml:5:9",
+                "inventory": ["nvidia.com/gpu.count"],
+                "changes": [
+                    {
+                        "key": "example.com/empty",
+                        "action": "add",
+                        "before": None,
+                        "after": "",
+                        "owner": None,
+                    },
+                    {
+                        "key": "nvidia.com/gpu.count",
+                        "action": "update",
+                        "before": "9",
+                        "after": "2",
+                        "owner": "gpu-feature-discovery",
+                    },
+                ],
+            },
+            {
+                "name": "lab-node-2",
+                "resourceVersion": "18",
+                "source": "desired/nodes/lab-node-2.yaml:5:9",
+                "inventory": [],
+                "changes": [
+                    {
+                        "key": "nvidia.com/gpu.present",
+                        "action": "remove",
+                        "before": "true",
+                        "after": None,
+                        "owner": "gpu-feature-discovery",
+                    }
+                ],
+            },
+        ],
+        "missingNodes": [{"name": "lab-node-3", "source": "desired/nodes/lab-node-3.yaml:5:9"}],
+    }
+)
+
+
+def _golden(name: str, rendered: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(rendered)
+    assert rendered == path.read_text(), (
+        f"{name} differs; rerun with UPDATE_GOLDEN=1 after checking the change"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name"),
+    [(Format.TEXT, "plan.txt"), (Format.MARKDOWN, "plan.md"), (Format.JSON, "plan.json")],
+)
+def test_plan_views_match_golden_files(fmt: Format, name: str) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    render_plan(GOLDEN_PLAN, fmt, out, err)
+    _golden(name, out.getvalue())
+    if fmt is Format.TEXT:
+        _golden("plan.stderr.txt", err.getvalue())
+
+
+def test_show_owner_adds_a_fourth_column() -> None:
+    out = io.StringIO()
+    render_plan(GOLDEN_PLAN, Format.TEXT, out, io.StringIO(), show_owner=True)
+    assert out.getvalue().splitlines() == [
+        'lab-node-1 example.com/empty "" unknown',
+        "lab-node-1 nvidia.com/gpu.count 2 gpu-feature-discovery",
+        "lab-node-2 nvidia.com/gpu.present - gpu-feature-discovery",
+    ]
+
+
+def test_json_plan_is_the_saved_plan_format() -> None:
+    out = io.StringIO()
+    render_plan(GOLDEN_PLAN, Format.JSON, out, io.StringIO())
+    assert Plan.model_validate(json.loads(out.getvalue())) == GOLDEN_PLAN
+
+
+def test_apply_views_match_golden_files() -> None:
+    change = LabelChange(
+        key="nvidia.com/gpu.count",
+        action=Action.UPDATE,
+        before="9",
+        after="2",
+        owner="gpu-feature-discovery",
+    )
+    result = ApplyResult(
+        nodes=(
+            NodeResult("lab-node-1", applied=(change,)),
+            NodeResult("lab-node-2", error='nodes "lab-node-2" not found (404 NotFound)'),
+        ),
+        missingNodes=GOLDEN_PLAN.missingNodes,
+    )
+    for fmt, name in (
+        (Format.TEXT, "apply.txt"),
+        (Format.MARKDOWN, "apply.md"),
+        (Format.JSON, "apply.json"),
+    ):
+        out, err = io.StringIO(), io.StringIO()
+        render_apply(result, fmt, out, err)
+        _golden(
+            name, out.getvalue() + ("---stderr---\n" + err.getvalue() if err.getvalue() else "")
+        )

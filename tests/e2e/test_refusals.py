@@ -37,15 +37,34 @@ BAD_INPUTS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-def test_plan_and_apply_refuse_bad_input_before_any_request(
-    case: str, lab: TestCluster, workdir: Path
-) -> None:
+# Whole files added next to the shipped ones: (file, content).
+BAD_FILES = {
+    "empty file": ("nodes/lab-node-7.yaml", ""),
+    "alias bomb": ("nodes/lab-node-7.yaml", "a: &a [x, x]\nb: &b [*a, *a]\nc: [*b, *b]\n"),
+    # an .env file is named after its node: this one declares lab-node-1 a second time
+    "node declared twice": ("nodes/lab-node-1.env", "nvidia.com/gpu.count=2\n"),
+}
+
+
+def _break(workdir: Path, case: str) -> str:
+    """Make desired/ invalid in the way `case` names; the file to see in the messages."""
+    if case in BAD_FILES:
+        file, content = BAD_FILES[case]
+        (workdir / "desired" / file).write_text(content)
+        return file
     file, old, new = BAD_INPUTS[case]
     path = workdir / "desired" / file
     text = path.read_text()
     assert old in text
     path.write_text(text.replace(old, new, 1))
+    return file
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS) + sorted(BAD_FILES))
+def test_plan_and_apply_refuse_bad_input_before_any_request(
+    case: str, lab: TestCluster, workdir: Path
+) -> None:
+    file = _break(workdir, case)
     versions = lab.resource_versions()
     if lab.sandbox is not None:
         lab.sandbox.clear_requests()

@@ -79,23 +79,42 @@ def check_fresh(plan: Plan, live: Iterable[LiveNode]) -> None:
         )
 
 
+def refusal(node_plan: NodePlan, *, allow_missing_image: bool) -> NodeResult | None:
+    """A node apply must not converge: its changes move it onto an image that is not built."""
+    if node_plan.unsupportedImage is None or allow_missing_image:
+        return None
+    return NodeResult(
+        node_plan.name,
+        error=(
+            f"refused: these changes move the node onto driver image {node_plan.unsupportedImage}, "
+            "which is not in the support matrix; add the image first, or pass --allow-missing-image"
+        ),
+    )
+
+
 def apply_plan(
     plan: Plan,
     cluster: NodeWriter,
     *,
     desired: DesiredState | None = None,
     parallel: int = 1,
+    allow_missing_image: bool = False,
 ) -> ApplyResult:
     """Apply every node of `plan`. With `desired`, a conflicting node is re-planned;
     without it (a saved plan) a conflict stops that node as stale."""
 
     def one(node_plan: NodePlan) -> NodeResult:
+        refused = refusal(node_plan, allow_missing_image=allow_missing_image)
+        if refused is not None:
+            return refused
         if desired is None:
             return _apply_saved(node_plan, cluster)
+        want = desired.nodes[node_plan.name]
         return _apply_fresh(
             node_plan,
             cluster,
-            lambda live: plan_node(desired.nodes[node_plan.name], live, prune=plan.prune),
+            lambda live: plan_node(want, live, prune=plan.prune, matrix=desired.matrix_tags),
+            allow_missing_image=allow_missing_image,
         )
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
@@ -133,10 +152,15 @@ def _apply_fresh(
     node_plan: NodePlan,
     cluster: NodeWriter,
     replan: Callable[[LiveNode], NodePlan | None],
+    *,
+    allow_missing_image: bool,
 ) -> NodeResult:
     current: NodePlan | None = node_plan
     conflicts = 0
     while current is not None:
+        refused = refusal(current, allow_missing_image=allow_missing_image)
+        if refused is not None:
+            return refused
         try:
             returned = cluster.patch_node(current.name, current.patch())
         except Conflict:

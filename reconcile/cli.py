@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 import click
 
 from reconcile import diagnostics as diag
-from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError
+from reconcile.diagnostics import InvalidInput, ReconcileError
 from reconcile.views import Format
 
 if TYPE_CHECKING:
@@ -118,12 +118,16 @@ def _errors_to_exit_codes() -> Iterator[None]:
 
 def load_or_fail(g: Globals) -> DesiredState:
     """The validated desired state; every problem printed and exit 2 if there is one."""
+    from reconcile.drivers import desired_diagnostics
     from reconcile.loader import load_desired
     from reconcile.views import render_diagnostics
 
     state, problems = load_desired(g.desired)
-    errors = [d for d in problems if d.severity is diag.Severity.ERROR]
-    if errors:
+    if not diag.has_errors(problems):
+        problems = sorted(
+            [*problems, *desired_diagnostics(state, coverage_check=False)], key=diag.sort_key
+        )
+    if diag.has_errors(problems):
         raise InvalidInput(problems)
     render_diagnostics(problems, _err())
     return state
@@ -146,10 +150,15 @@ def main() -> None:
 @common_options
 def validate(g: Globals) -> None:
     """Check every file under desired/ without a cluster; print every problem as file:line:col."""
+    from reconcile.drivers import desired_diagnostics
     from reconcile.loader import load_desired
     from reconcile.views import render_validation
 
-    _, problems = load_desired(g.desired)
+    state, problems = load_desired(g.desired)
+    if not diag.has_errors(problems):
+        problems = sorted(
+            [*problems, *desired_diagnostics(state, coverage_check=True)], key=diag.sort_key
+        )
     render_validation(problems, g.output, _out(), _err())
     sys.exit(EXIT_ERROR if diag.has_errors(problems) else EXIT_OK)
 
@@ -180,7 +189,7 @@ def plan(g: Globals, out_file: Path | None, prune: bool, show_owner: bool) -> No
         if out_file is not None:
             the_plan.save(out_file)
         render_plan(the_plan, g.output, _out(), _err(), show_owner=show_owner)
-    sys.exit(EXIT_DRIFT if the_plan.has_drift else EXIT_OK)
+    sys.exit(EXIT_DRIFT if the_plan.needs_attention else EXIT_OK)
 
 
 @main.command()
@@ -192,13 +201,20 @@ def plan(g: Globals, out_file: Path | None, prune: bool, show_owner: bool) -> No
     "--prune", is_flag=True, help="Remove labels reconcile set earlier that are no longer declared."
 )
 @click.option(
+    "--allow-missing-image",
+    is_flag=True,
+    help="Converge nodes onto driver images the support matrix does not list.",
+)
+@click.option(
     "--parallel",
     type=click.IntRange(1, 64),
     default=4,
     show_default=True,
     help="Nodes written at once.",
 )
-def apply(g: Globals, plan_file: Path | None, prune: bool, parallel: int) -> None:
+def apply(
+    g: Globals, plan_file: Path | None, prune: bool, allow_missing_image: bool, parallel: int
+) -> None:
     """Fix the drift: one PATCH per drifted node. Prints exactly the lines it changed.
 
     With PLAN_FILE (from `plan --out`), applies that plan and nothing else, refusing it
@@ -215,12 +231,20 @@ def apply(g: Globals, plan_file: Path | None, prune: bool, parallel: int) -> Non
             the_plan = Plan.load(plan_file)
             cluster = g.connect()
             check_fresh(the_plan, cluster.list_nodes())
-            result = apply_plan(the_plan, cluster, parallel=parallel)
+            result = apply_plan(
+                the_plan, cluster, parallel=parallel, allow_missing_image=allow_missing_image
+            )
         else:
             state = load_or_fail(g)
             cluster = g.connect()
             the_plan = build_plan(state, cluster.list_nodes(), prune=prune)
-            result = apply_plan(the_plan, cluster, desired=state, parallel=parallel)
+            result = apply_plan(
+                the_plan,
+                cluster,
+                desired=state,
+                parallel=parallel,
+                allow_missing_image=allow_missing_image,
+            )
         render_apply(result, g.output, _out(), _err())
     sys.exit(EXIT_OK if result.ok else EXIT_ERROR)
 
@@ -300,10 +324,183 @@ def sandbox(seed: str, port: int, kubeconfig_out: Path | None, command: tuple[st
     sys.exit(code)
 
 
-def report_problems(problems: list[Diagnostic]) -> None:
-    from reconcile.views import render_diagnostics
+# --- GPU facts -------------------------------------------------------------------------------
 
-    render_diagnostics(problems, _err())
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@common_options
+@click.argument("values", nargs=-1, required=True)
+def sanitize(g: Globals, values: tuple[str, ...]) -> None:
+    """Make vendor strings valid label values: one output line per VALUE.
+
+    \b
+    Every character outside [A-Za-z0-9_.-] becomes '-', the result is cut to 63
+    characters, then non-alphanumerics are trimmed from both ends:
+      reconcile sanitize "NVIDIA A100-SXM4-40GB"   ->   NVIDIA-A100-SXM4-40GB
+    A value with nothing left is an error (exit 2), never an empty line.
+    """
+    from reconcile.labels import sanitize_label_value
+    from reconcile.views import write_json
+
+    results = [(value, sanitize_label_value(value)) for value in values]
+    failed = [value for value, sanitized in results if not sanitized]
+    if g.output is Format.JSON:
+        write_json([{"input": v, "value": s or None} for v, s in results], _out())
+    else:
+        for _, sanitized in results:
+            if sanitized:
+                _out().write(sanitized + "\n")
+    for value in failed:
+        _err().write(
+            f"error: {value!r} has no alphanumeric character to keep: it cannot be a label value\n"
+        )
+    sys.exit(EXIT_ERROR if failed else EXIT_OK)
+
+
+@main.command()
+@common_options
+def audit(g: Globals) -> None:
+    """Check the GPU label conventions on every live GPU node (nvidia.com/gpu.present=true).
+
+    One line `<node> <key> <reason>` per finding (missing, not-a-number, too-long,
+    bad-format) and exit 1; otherwise the single line OK and exit 0.
+    """
+    from reconcile import drivers
+    from reconcile.views import render_findings
+
+    with _errors_to_exit_codes():
+        nodes = g.connect().list_nodes(label_selector=f"{drivers.GPU_PRESENT}=true")
+        findings = drivers.audit((n.name, n.labels) for n in nodes)
+    render_findings(
+        [str(f) for f in findings],
+        [{"node": f.node, "key": f.key, "reason": f.reason} for f in findings],
+        g.output,
+        _out(),
+        title="GPU label audit",
+    )
+    sys.exit(EXIT_DRIFT if findings else EXIT_OK)
+
+
+@main.group("drivers")
+def drivers_group() -> None:
+    """Precompiled driver images: each GPU node's tag, and the support matrix's coverage."""
+
+
+@drivers_group.command("tag")
+@common_options
+@click.argument("node", required=False)
+@click.option("--all", "all_nodes", is_flag=True, help="Every GPU node, as `<node> <tag>` lines.")
+def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
+    """The precompiled driver image tag of a live node:
+    `<cuda.driver.major>-<kernel-version.full>-<os_release.ID><os_release.VERSION_ID>`.
+
+    A missing or empty part is an error (exit 2) naming the label, never an odd tag.
+    """
+    from reconcile import drivers
+    from reconcile.views import write_json
+
+    if bool(node) == all_nodes:
+        fail("give a NODE or --all")
+    with _errors_to_exit_codes():
+        cluster = g.connect()
+        if node:
+            live = [cluster.get_node(node)]
+        else:
+            live = cluster.list_nodes(label_selector=f"{drivers.GPU_PRESENT}=true")
+        tags: list[tuple[str, str]] = []
+        problems: list[str] = []
+        for item in live:
+            try:
+                tags.append((item.name, drivers.node_tag(item.name, item.labels)))
+            except drivers.TagError as e:
+                problems.append(str(e))
+    if g.output is Format.JSON:
+        write_json([{"node": n, "tag": t} for n, t in tags], _out())
+    else:
+        for name, tag in tags:
+            _out().write(f"{name} {tag}\n" if all_nodes else f"{tag}\n")
+    for problem in problems:
+        _err().write(f"error: {problem}\n")
+    sys.exit(EXIT_ERROR if problems else EXIT_OK)
+
+
+@drivers_group.command("audit")
+@common_options
+def drivers_audit(g: Globals) -> None:
+    """Every live GPU node whose driver image is not in desired/drivers/: `<node> MISSING <tag>`
+    and exit 1; otherwise OK and exit 0. A node whose tag cannot be built is an error (exit 2)."""
+    from reconcile import drivers
+    from reconcile.views import render_findings
+
+    with _errors_to_exit_codes():
+        state = load_or_fail(g)
+        if not state.matrix:
+            fail(
+                f"no support matrix in {g.desired}/drivers/ (a DriverSupportMatrix .yaml or a .csv)"
+            )
+        nodes = g.connect().list_nodes(label_selector=f"{drivers.GPU_PRESENT}=true")
+        coverage = drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)
+    missing = [c for c in coverage if c.tag is not None and not c.covered]
+    broken = [c for c in coverage if c.tag is None]
+    render_findings(
+        [f"{c.node} MISSING {c.tag}" for c in missing],
+        [{"node": c.node, "tag": c.tag} for c in missing],
+        g.output,
+        _out(),
+        title="driver image audit",
+    )
+    for item in broken:
+        _err().write(f"error: {item.problem}\n")
+    sys.exit(EXIT_ERROR if broken else EXIT_DRIFT if missing else EXIT_OK)
+
+
+@main.command()
+@common_options
+def report(g: Globals) -> None:
+    """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
+    SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
+    tag and driver upgrade state, as shell-sourceable KEY=value lines."""
+    from reconcile import drivers
+    from reconcile.views import write_json
+
+    with _errors_to_exit_codes():
+        state = load_or_fail(g)
+        nodes = g.connect().list_nodes(label_selector=f"{drivers.GPU_PRESENT}=true")
+        coverage = {
+            c.node: c
+            for c in drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)
+        }
+    skew = sum(1 for c in coverage.values() if c.tag is not None and not c.covered)
+    per_node = [
+        {
+            "name": n.name,
+            "tag": coverage[n.name].tag,
+            "upgradeState": n.labels.get(drivers.UPGRADE_STATE),
+        }
+        for n in sorted(nodes, key=lambda n: n.name)
+    ]
+    if g.output is Format.JSON:
+        write_json(
+            {
+                "nodes": len(nodes),
+                "skew": skew,
+                "matrixRows": len(state.matrix),
+                "gpuNodes": per_node,
+            },
+            _out(),
+        )
+    else:
+        out = _out()
+        out.write(f"NODES={len(nodes)}\nSKEW={skew}\nMATRIX_ROWS={len(state.matrix)}\n")
+        for item in per_node:
+            prefix = drivers.env_name(str(item["name"]))
+            out.write(
+                f"{prefix}_TAG={item['tag'] or ''}\n{prefix}_UPGRADE_STATE={item['upgradeState'] or ''}\n"
+            )
+    for covered in coverage.values():
+        if covered.tag is None:
+            _err().write(f"warning: {covered.problem}\n")
+    sys.exit(EXIT_OK)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,13 +8,13 @@ keys reconcile manages there, which is what `--prune` may later remove and nothi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from reconcile import labels
+from reconcile import drivers, labels
 from reconcile.diagnostics import ReconcileError
 from reconcile.diff import LabelChange, label_drift
 from reconcile.models import DesiredNode, DesiredState, LiveNode
@@ -36,6 +36,9 @@ class NodePlan(_Frozen):
     source: str
     changes: tuple[LabelChange, ...]
     inventory: tuple[str, ...]
+    # Set when these changes move a GPU node onto a driver image the matrix does not list:
+    # apply refuses the node unless told --allow-missing-image.
+    unsupportedImage: str | None = None
 
     def patch(self, *, with_precondition: bool = True) -> dict[str, object]:
         """The JSON merge patch for this node: changed labels, inventory, precondition."""
@@ -69,6 +72,15 @@ class PlanWarning(_Frozen):
     message: str
 
 
+class Finding(_Frozen):
+    """Something the plan reveals beyond label drift, that review must see."""
+
+    severity: Literal["error", "warning"]
+    kind: str
+    subject: str
+    message: str
+
+
 class Plan(_Frozen):
     apiVersion: Literal["reconcile.dev/v1alpha1"] = PLAN_API_VERSION
     kind: Literal["Plan"] = "Plan"
@@ -78,10 +90,16 @@ class Plan(_Frozen):
     # Labels reconcile set earlier that desired/ no longer declares; removed only with --prune.
     prunable: tuple[PrunableLabel, ...] = ()
     warnings: tuple[PlanWarning, ...] = ()
+    findings: tuple[Finding, ...] = ()
 
     @property
     def has_drift(self) -> bool:
         return bool(self.nodes or self.missingNodes)
+
+    @property
+    def needs_attention(self) -> bool:
+        """Drift or findings: what makes `plan` exit 1."""
+        return self.has_drift or bool(self.findings)
 
     def lines(self) -> Iterator[tuple[str, LabelChange]]:
         """(node, change) pairs sorted by node then key, as the drift lines print them."""
@@ -143,7 +161,52 @@ def fights(node_plan: NodePlan, live: LiveNode) -> list[PlanWarning]:
     return found
 
 
-def plan_node(desired: DesiredNode, live: LiveNode, *, prune: bool) -> NodePlan | None:
+def overlay(live_labels: Mapping[str, str], changes: Iterable[LabelChange]) -> dict[str, str]:
+    """The labels a node carries once `changes` are applied."""
+    result = dict(live_labels)
+    for change in changes:
+        if change.after is None:
+            result.pop(change.key, None)
+        else:
+            result[change.key] = change.after
+    return result
+
+
+def projected_labels(desired: DesiredState, live: Iterable[LiveNode]) -> dict[str, dict[str, str]]:
+    """Every node's labels as they will be after apply: live with desired laid over, and
+    for a node declared but not (yet) in the cluster, what desired declares."""
+    projected = {node.name: dict(node.labels) for node in live}
+    for name, want in desired.nodes.items():
+        labels_ = projected.setdefault(name, {})
+        for key, value in want.labels.items():
+            if value is None:
+                labels_.pop(key, None)
+            else:
+                labels_[key] = value
+    return projected
+
+
+def _unsupported_image(
+    live: LiveNode, changes: list[LabelChange], matrix: frozenset[str]
+) -> str | None:
+    """The image tag these changes would move a GPU node onto, if the matrix lacks it."""
+    if not matrix or not any(
+        c.key in drivers.TAG_PARTS or c.key == drivers.GPU_PRESENT for c in changes
+    ):
+        return None
+    after = overlay(live.labels, changes)
+    if not drivers.is_gpu_node(after):
+        return None
+    try:
+        tag = drivers.node_tag(live.name, after)
+    except drivers.TagError as e:
+        return f"(none: label {e.label} would be missing)"
+    return None if tag in matrix else tag
+
+
+def plan_node(
+    desired: DesiredNode, live: LiveNode, *, prune: bool, matrix: frozenset[str] = frozenset()
+) -> NodePlan | None:
     """What makes `live` match `desired`, or None when it already does."""
     inventory = parse_inventory(live.annotations)
     undeclared = {key for key in inventory if key not in desired.labels and key in live.labels}
@@ -161,10 +224,43 @@ def plan_node(desired: DesiredNode, live: LiveNode, *, prune: bool) -> NodePlan 
         source=str(desired.source.file),
         changes=tuple(changes),
         inventory=tuple(sorted(managed)),
+        unsupportedImage=_unsupported_image(live, changes, matrix),
     )
 
 
+def coverage_findings(desired: DesiredState, live: Iterable[LiveNode]) -> list[Finding]:
+    """GPU nodes whose driver image, after apply, is not in the support matrix."""
+    if not desired.matrix:
+        return []  # nothing declared to check against
+    found = []
+    projected = projected_labels(desired, live)
+    for item in drivers.coverage(projected.items(), desired.matrix_tags):
+        if item.tag is None:
+            found.append(
+                Finding(
+                    severity="error",
+                    kind="driver-tag-incomplete",
+                    subject=item.node,
+                    message=item.problem,
+                )
+            )
+        elif not item.covered:
+            found.append(
+                Finding(
+                    severity="error",
+                    kind="driver-image-missing",
+                    subject=item.node,
+                    message=(
+                        f"driver image {item.tag} is not in the support matrix: build and push it, "
+                        "then add its row to desired/drivers/"
+                    ),
+                )
+            )
+    return found
+
+
 def build_plan(desired: DesiredState, live: Iterable[LiveNode], *, prune: bool = False) -> Plan:
+    live = list(live)
     live_by_name = {node.name: node for node in live}
     nodes: list[NodePlan] = []
     missing: list[MissingNode] = []
@@ -175,7 +271,7 @@ def build_plan(desired: DesiredState, live: Iterable[LiveNode], *, prune: bool =
         if node is None:
             missing.append(MissingNode(name=name, source=str(want.source)))
             continue
-        node_plan = plan_node(want, node, prune=prune)
+        node_plan = plan_node(want, node, prune=prune, matrix=desired.matrix_tags)
         if node_plan is not None:
             nodes.append(node_plan)
             warnings.extend(fights(node_plan, node))
@@ -191,4 +287,5 @@ def build_plan(desired: DesiredState, live: Iterable[LiveNode], *, prune: bool =
         missingNodes=tuple(missing),
         prunable=tuple(prunable),
         warnings=tuple(warnings),
+        findings=tuple(coverage_findings(desired, live)),
     )

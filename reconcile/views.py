@@ -36,6 +36,24 @@ def write_json(document: Any, out: TextIO) -> None:
     out.write("\n")
 
 
+def render_findings(
+    lines: Sequence[str],
+    documents: Sequence[dict[str, Any]],
+    fmt: Format,
+    out: TextIO,
+    *,
+    title: str,
+) -> None:
+    """Audit-style results: one line per finding, or the single line OK."""
+    if fmt is Format.JSON:
+        write_json({"ok": not lines, "findings": list(documents)}, out)
+    elif fmt is Format.MARKDOWN:
+        out.write(f"#### reconcile {title}\n\n")
+        out.write("".join(f"- `{line}`\n" for line in lines) if lines else "OK\n")
+    else:
+        out.write("".join(f"{line}\n" for line in lines) if lines else "OK\n")
+
+
 # --- diagnostics ---------------------------------------------------------------------------
 
 
@@ -109,6 +127,8 @@ def render_plan(
         err.write(_missing_note(missing) + "\n")
     for warning in plan.warnings:
         err.write(f"warning: {warning.node} {warning.key}: {warning.message}\n")
+    for finding in plan.findings:
+        err.write(f"{finding.severity}: {finding.subject}: {finding.message}\n")
     if plan.prunable:
         err.write(
             f"note: {len(plan.prunable)} label(s) set by reconcile are no longer declared; "
@@ -119,11 +139,17 @@ def render_plan(
 def _plan_markdown(plan: Plan, out: TextIO) -> None:
     changes = list(plan.lines())
     out.write("#### reconcile plan\n\n")
-    if not plan.has_drift:
+    if not plan.needs_attention:
         out.write("No changes: the cluster matches `desired/`.\n")
         return
     nodes = len({node for node, _ in changes})
     out.write(f"**{len(changes)} label change(s)** on {nodes} node(s).\n\n")
+    if plan.findings:
+        out.write("| | Subject | Finding |\n| --- | --- | --- |\n")
+        for finding in plan.findings:
+            mark = "**error**" if finding.severity == "error" else "warning"
+            out.write(f"| {mark} | `{finding.subject}` | {_md(finding.message)} |\n")
+        out.write("\n")
     if changes:
         out.write("| Node | Label | Live | Desired | Owner |\n| --- | --- | --- | --- | --- |\n")
         for node, change in changes:

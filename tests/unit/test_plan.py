@@ -225,6 +225,14 @@ GOLDEN_PLAN = Plan.model_validate(
             },
         ],
         "missingNodes": [{"name": "lab-node-3", "source": "desired/nodes/lab-node-3.yaml:5:9"}],
+        "findings": [
+            {
+                "severity": "error",
+                "kind": "driver-image-missing",
+                "subject": "lab-node-3",
+                "message": "driver image 550-6.8.0-52-generic-ubuntu24.04 is not in the support matrix",
+            }
+        ],
     }
 )
 

@@ -12,15 +12,23 @@ A change counts as applied only when the object the server returns carries it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
-from reconcile.diagnostics import Conflict, ReconcileError, StalePlan
+from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
 from reconcile.diff import LabelChange
 from reconcile.models import DesiredState, LiveNode
-from reconcile.plan import MissingNode, NodePlan, Plan, plan_node
+from reconcile.plan import MissingNode, NodePlan, ObjectPlan, Plan, plan_node
+from reconcile.workloads import (
+    CONFIGMAPS,
+    INVENTORY_NAME,
+    INVENTORY_NAMESPACE,
+    ObjectCluster,
+    inventory_object,
+)
 
 MAX_CONFLICT_RETRIES: Final = 5
 
@@ -47,20 +55,30 @@ class NodeResult:
 class ApplyResult:
     nodes: tuple[NodeResult, ...] = ()
     missingNodes: tuple[MissingNode, ...] = ()
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    objects: tuple[ObjectResult, ...] = ()
+    # Objects the API server would reject: when any, nothing at all was written.
+    rejected: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def failed(self) -> tuple[NodeResult, ...]:
         return tuple(n for n in self.nodes if n.error is not None)
 
     @property
+    def failed_objects(self) -> tuple[ObjectResult, ...]:
+        return tuple(o for o in self.objects if o.error is not None)
+
+    @property
     def ok(self) -> bool:
-        return not self.failed and not self.missingNodes
+        return not (self.failed or self.missingNodes or self.failed_objects or self.rejected)
 
     def lines(self) -> Iterable[tuple[str, LabelChange]]:
         for node in self.nodes:
             for change in node.applied:
                 yield node.name, change
+
+    def object_lines(self) -> Iterable[str]:
+        for obj in self.objects:
+            yield from obj.lines
 
 
 def check_fresh(plan: Plan, live: Iterable[LiveNode]) -> None:
@@ -181,3 +199,92 @@ def _apply_fresh(
         return _confirmed(current, returned, conflicts)
     # Another writer made the node match while we were retrying: nothing left to do.
     return NodeResult(node_plan.name, conflicts=conflicts)
+
+
+# --- workload objects --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObjectResult:
+    id: str
+    lines: tuple[str, ...] = ()
+    error: str | None = None
+
+
+def check_objects_fresh(plan: Plan, cluster: ObjectCluster) -> None:
+    """Raise StalePlan when an object of a saved plan changed (or appeared) since."""
+    moved = []
+    for obj in plan.objects:
+        live = cluster.get_object(obj.resource, obj.namespace, obj.name)
+        now = str(live["metadata"].get("resourceVersion")) if live is not None else None
+        if obj.action == "create":
+            if now is not None:
+                moved.append(f"{obj.id} (created by someone else since)")
+        elif now != obj.resourceVersion:
+            shown = "deleted" if now is None else f"resourceVersion {obj.resourceVersion} -> {now}"
+            moved.append(f"{obj.id} ({shown})")
+    if moved:
+        raise StalePlan(
+            "plan is stale: " + ", ".join(moved) + " changed since the plan was made; "
+            "nothing was applied. Run `reconcile plan` again."
+        )
+
+
+def _body(obj: ObjectPlan, *, precondition: bool) -> dict[str, Any]:
+    body = copy.deepcopy(obj.manifest or {})
+    if precondition and obj.resourceVersion and obj.action == "update":
+        body.setdefault("metadata", {})["resourceVersion"] = obj.resourceVersion
+    return body
+
+
+def preflight_objects(plan: Plan, cluster: ObjectCluster, *, saved: bool) -> list[str]:
+    """Dry-run every create and update as it will be sent: the problems, if any."""
+    problems = []
+    for obj in plan.objects:
+        if obj.action not in ("create", "update"):
+            continue
+        try:
+            cluster.apply_object(
+                obj.resource,
+                _body(obj, precondition=saved),
+                dry_run=True,
+                force=plan.forceConflicts,
+            )
+        except NotFound as e:
+            if obj.action == "update" or "namespaces" not in e.message:
+                problems.append(f"{obj.id}: {e.message}")
+            # else: its namespace is created first by this same apply
+        except ReconcileError as e:
+            problems.append(f"{obj.id}: {getattr(e, 'message', '') or e}")
+    return problems
+
+
+def apply_objects(plan: Plan, cluster: ObjectCluster, *, saved: bool) -> tuple[ObjectResult, ...]:
+    """Apply creates and updates in kind order, then prunes in reverse; then the inventory."""
+    results = []
+    for obj in plan.objects:
+        try:
+            if obj.action in ("prune", "recreate"):
+                cluster.delete_object(obj.resource, obj.namespace, obj.name)
+            if obj.action != "prune":
+                cluster.apply_object(
+                    obj.resource, _body(obj, precondition=saved), force=plan.forceConflicts
+                )
+        except Conflict as e:
+            reason = (
+                "plan is stale: the object changed after the plan was made" if saved else e.message
+            )
+            results.append(ObjectResult(obj.id, error=reason))
+            continue
+        except ReconcileError as e:
+            results.append(ObjectResult(obj.id, error=getattr(e, "message", "") or str(e)))
+            continue
+        results.append(ObjectResult(obj.id, lines=tuple(obj.lines())))
+    if plan.inventory is not None and not any(r.error for r in results):
+        try:
+            cluster.apply_object(CONFIGMAPS, inventory_object(plan.inventory), force=True)
+        except ReconcileError as e:
+            results.append(
+                ObjectResult(f"ConfigMap/{INVENTORY_NAMESPACE}/{INVENTORY_NAME}", error=str(e))
+            )
+    return tuple(results)

@@ -25,6 +25,7 @@ from reconcile.views import Format
 if TYPE_CHECKING:
     from reconcile.cluster import Cluster
     from reconcile.models import DesiredState
+    from reconcile.plan import Plan
 
 EXIT_OK = 0
 EXIT_DRIFT = 1
@@ -163,6 +164,39 @@ def validate(g: Globals) -> None:
     sys.exit(EXIT_ERROR if diag.has_errors(problems) else EXIT_OK)
 
 
+def _full_plan(
+    g: Globals, cluster: Cluster, state: DesiredState, *, prune: bool, force: bool, recreate: bool
+) -> Plan:
+    """Label drift for the nodes, then the workload objects by server-side dry-run."""
+    from reconcile.plan import build_plan
+    from reconcile.workloads import plan_objects
+
+    label_plan = build_plan(state, cluster.list_nodes(), prune=prune)
+    if not state.manifests and not prune:
+        return label_plan
+    objects = plan_objects(state, cluster, prune=prune, force=force, recreate=recreate)
+    return label_plan.with_objects(
+        objects.objects,
+        objects.findings,
+        objects.prunable,
+        objects.inventory,
+        force_conflicts=force,
+    )
+
+
+def _object_options(command: F) -> F:
+    command = click.option(
+        "--recreate",
+        is_flag=True,
+        help="Delete and create objects whose changed fields cannot be updated in place.",
+    )(command)
+    return click.option(
+        "--force-conflicts",
+        is_flag=True,
+        help="Take ownership of fields another field manager owns (server-side apply force).",
+    )(command)
+
+
 @main.command()
 @common_options
 @click.option(
@@ -174,18 +208,28 @@ def validate(g: Globals) -> None:
 @click.option(
     "--prune",
     is_flag=True,
-    help="Also plan removing labels reconcile set earlier that are no longer declared.",
+    help="Also plan removing labels and objects reconcile applied earlier that are no longer declared.",
 )
 @click.option("--show-owner", is_flag=True, help="Add the writer of each label as a fourth column.")
-def plan(g: Globals, out_file: Path | None, prune: bool, show_owner: bool) -> None:
-    """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`."""
-    from reconcile.plan import build_plan
+@_object_options
+def plan(
+    g: Globals,
+    out_file: Path | None,
+    prune: bool,
+    show_owner: bool,
+    force_conflicts: bool,
+    recreate: bool,
+) -> None:
+    """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`
+    (and `<kind>/<namespace>/<name> <field> <value>` for workload objects)."""
     from reconcile.views import render_plan
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)
         cluster = g.connect()
-        the_plan = build_plan(state, cluster.list_nodes(), prune=prune)
+        the_plan = _full_plan(
+            g, cluster, state, prune=prune, force=force_conflicts, recreate=recreate
+        )
         if out_file is not None:
             the_plan.save(out_file)
         render_plan(the_plan, g.output, _out(), _err(), show_owner=show_owner)
@@ -198,7 +242,9 @@ def plan(g: Globals, out_file: Path | None, prune: bool, show_owner: bool) -> No
     "plan_file", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True)
 )
 @click.option(
-    "--prune", is_flag=True, help="Remove labels reconcile set earlier that are no longer declared."
+    "--prune",
+    is_flag=True,
+    help="Remove labels and objects reconcile applied earlier that are no longer declared.",
 )
 @click.option(
     "--allow-missing-image",
@@ -212,32 +258,59 @@ def plan(g: Globals, out_file: Path | None, prune: bool, show_owner: bool) -> No
     show_default=True,
     help="Nodes written at once.",
 )
+@_object_options
 def apply(
-    g: Globals, plan_file: Path | None, prune: bool, allow_missing_image: bool, parallel: int
+    g: Globals,
+    plan_file: Path | None,
+    prune: bool,
+    allow_missing_image: bool,
+    parallel: int,
+    force_conflicts: bool,
+    recreate: bool,
 ) -> None:
-    """Fix the drift: one PATCH per drifted node. Prints exactly the lines it changed.
+    """Fix the drift: one PATCH per drifted node, then server-side apply of the workload
+    objects in kind order. Prints exactly the lines it changed.
 
     With PLAN_FILE (from `plan --out`), applies that plan and nothing else, refusing it
-    as stale if any of its nodes changed since.
+    as stale if any of its nodes or objects changed since. When the API server would
+    reject any object (a conflict, an immutable field, an invalid manifest), nothing at
+    all is applied.
     """
-    from reconcile.apply import apply_plan, check_fresh
-    from reconcile.plan import Plan, build_plan
+    from reconcile.apply import (
+        ApplyResult,
+        apply_objects,
+        apply_plan,
+        check_fresh,
+        check_objects_fresh,
+        preflight_objects,
+    )
+    from reconcile.plan import Plan
     from reconcile.views import render_apply
+    from reconcile.workloads import rejections
 
     with _errors_to_exit_codes():
+        state = None
         if plan_file is not None:
-            if prune:
-                fail("--prune is decided when planning: use `reconcile plan --prune --out FILE`")
+            if prune or recreate or force_conflicts:
+                fail(
+                    "--prune, --recreate and --force-conflicts are decided when planning: use `reconcile plan ... --out FILE`"
+                )
             the_plan = Plan.load(plan_file)
             cluster = g.connect()
             check_fresh(the_plan, cluster.list_nodes())
-            result = apply_plan(
-                the_plan, cluster, parallel=parallel, allow_missing_image=allow_missing_image
-            )
+            check_objects_fresh(the_plan, cluster)
         else:
             state = load_or_fail(g)
             cluster = g.connect()
-            the_plan = build_plan(state, cluster.list_nodes(), prune=prune)
+            the_plan = _full_plan(
+                g, cluster, state, prune=prune, force=force_conflicts, recreate=recreate
+            )
+        rejected = [f"{f.subject}: {f.message}" for f in rejections(the_plan.findings)]
+        if not rejected and plan_file is not None:
+            rejected = preflight_objects(the_plan, cluster, saved=True)
+        if rejected:
+            result = ApplyResult(rejected=tuple(rejected))
+        else:
             result = apply_plan(
                 the_plan,
                 cluster,
@@ -245,6 +318,8 @@ def apply(
                 parallel=parallel,
                 allow_missing_image=allow_missing_image,
             )
+            objects = apply_objects(the_plan, cluster, saved=plan_file is not None)
+            result = ApplyResult(result.nodes, result.missingNodes, objects)
         render_apply(result, g.output, _out(), _err())
     sys.exit(EXIT_OK if result.ok else EXIT_ERROR)
 

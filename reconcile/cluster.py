@@ -11,6 +11,7 @@ server's Status reason and message and never a header, token or kubeconfig conte
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -34,7 +35,7 @@ from reconcile.diagnostics import (
     NotFound,
     TooManyRequests,
 )
-from reconcile.models import LiveNode
+from reconcile.models import ApiResource, LiveNode
 
 PAGE_SIZE: Final = 500
 MERGE_PATCH: Final = "application/merge-patch+json"
@@ -248,6 +249,78 @@ class Cluster:
             "PATCH", f"/api/v1/nodes/{quote(name)}", body=patch, content_type=MERGE_PATCH
         )
         return node_from_json(answer)
+
+    # --- any object ---------------------------------------------------------------------
+
+    def discovery(self) -> Discovery:
+        return Discovery(self)
+
+    def get_object(self, resource: ApiResource, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(self.request("GET", resource.path(namespace, quote(name))))
+        except NotFound:
+            return None
+
+    def list_objects(
+        self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        return list(self.list_all(resource.path(namespace), labelSelector=label_selector))
+
+    def apply_object(
+        self,
+        resource: ApiResource,
+        body: dict[str, Any],
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        """Server-side apply as field manager `reconcile` (conflicts are a 409 unless forced)."""
+        metadata = body.get("metadata") or {}
+        name = quote(str(metadata.get("name")))
+        path = resource.path(str(metadata.get("namespace") or ""), name)
+        query = {
+            "fieldManager": FIELD_MANAGER,
+            "force": "true" if force else None,
+            "dryRun": "All" if dry_run else None,
+        }
+        return dict(self.request("PATCH", path, query=query, body=body, content_type=APPLY_PATCH))
+
+    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> None:
+        with contextlib.suppress(NotFound):  # already gone is what deleting wanted
+            self.request("DELETE", resource.path(namespace, quote(name)))
+
+
+FIELD_MANAGER: Final = "reconcile"
+APPLY_PATCH: Final = "application/apply-patch+yaml"
+
+
+class Discovery:
+    """Which resource serves an apiVersion/kind, one request per group-version, cached."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._lists: dict[str, dict[str, ApiResource] | None] = {}
+
+    def resource_for(self, api_version: str, kind: str) -> ApiResource | None:
+        if api_version not in self._lists:
+            self._lists[api_version] = self._fetch(api_version)
+        return (self._lists[api_version] or {}).get(kind)
+
+    def _fetch(self, api_version: str) -> dict[str, ApiResource] | None:
+        group, _, version = api_version.rpartition("/")
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            document = self.cluster.request("GET", path)
+        except NotFound:
+            return None
+        found = {}
+        for entry in document.get("resources") or ():
+            if "/" in entry.get("name", ""):
+                continue  # a subresource
+            found[entry["kind"]] = ApiResource(
+                group, version, entry["name"], entry["kind"], bool(entry.get("namespaced"))
+            )
+        return found
 
 
 def _config_problem(error: ConfigException) -> str:

@@ -9,6 +9,8 @@ is nested (workload objects).
 from __future__ import annotations
 
 import enum
+import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -73,39 +75,191 @@ def label_drift(
 
 
 class FieldChange(BaseModel):
-    """One field of a workload object whose live value differs from the manifest."""
+    """One field of a workload object that apply changes: the full before and after."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: tuple[str | int, ...]
+    action: Action
     before: Any = None
     after: Any = None
-    present_before: bool = True
+
+    @property
+    def shown_path(self) -> str:
+        """`spec.template.spec.containers[0].image`; keys with dots or slashes in brackets."""
+        out = ""
+        for part in self.path:
+            if isinstance(part, int):
+                out += f"[{part}]"
+            elif _PLAIN_KEY.fullmatch(part):
+                out += f".{part}" if out else part
+            else:
+                out += f"[{json.dumps(part)}]"
+        return out
+
+    @property
+    def shown_value(self) -> str:
+        """Scalars as they are, anything else as JSON, `-` when the field goes away."""
+        if self.action is Action.REMOVE:
+            return "-"
+        if isinstance(self.after, str) and self.after and not any(c.isspace() for c in self.after):
+            return self.after
+        if isinstance(self.after, bool | int | float) and not isinstance(self.after, bool):
+            return json.dumps(self.after)
+        return json.dumps(self.after, separators=(",", ":"), sort_keys=True)
 
 
-def object_drift(desired: Any, live: Any) -> list[FieldChange]:
-    """Fields set in `desired` whose value in `live` differs (left-scoped, nested)."""
-    from deepdiff import DeepDiff  # imported here: commands without workloads skip its cost
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+# What every write changes: never drift.
+VOLATILE_METADATA = (
+    "managedFields",
+    "resourceVersion",
+    "generation",
+    "uid",
+    "creationTimestamp",
+    "selfLink",
+)
 
-    diff = DeepDiff(live, desired, view="tree", ignore_order=False, verbose_level=2)
+
+def normalized(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object without status and the metadata the server rewrites on every write."""
+    result = {k: v for k, v in obj.items() if k != "status"}
+    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in VOLATILE_METADATA}
+    result["metadata"] = metadata
+    return result
+
+
+def object_drift(
+    manifest: Mapping[str, Any],
+    live: Mapping[str, Any],
+    result: Mapping[str, Any],
+    owned: Mapping[str, Any] | None = None,
+) -> list[FieldChange]:
+    """What applying `manifest` changes: live against the server's dry-run `result`.
+
+    Both sides went through the same defaulting, so defaults never show as drift. Only
+    fields the manifest sets, or that this field manager owned before (`owned`, its
+    FieldsV1 in live managedFields: what it stopped setting is removed), are reported.
+    """
+    from deepdiff import DeepDiff  # imported here: label-only commands skip its cost
+
+    before, after = normalized(live), normalized(result)
+    diff = DeepDiff(before, after, view="tree", verbose_level=2)
     changes: dict[tuple[str | int, ...], FieldChange] = {}
-    for kind in ("values_changed", "type_changes", "dictionary_item_added", "iterable_item_added"):
-        for level in diff.get(kind, []):
+    for kind, levels in diff.items():
+        for level in levels:
             path = tuple(level.path(output_format="list"))
-            changes[path] = FieldChange(
-                path=path,
-                before=None if kind.endswith("added") else level.t1,
-                after=level.t2,
-                present_before=not kind.endswith("added"),
-            )
-    for level in diff.get("iterable_item_removed", []):
-        # A list in the manifest is owned whole: a shorter list is a change of the list.
-        path = tuple(level.path(output_format="list"))[:-1]
-        changes[path] = FieldChange(path=path, before=_get(live, path), after=_get(desired, path))
-    return [changes[path] for path in sorted(changes, key=lambda p: tuple(map(str, p)))]
+            if kind.startswith("iterable_item"):
+                # A list whose length changes is a change of the list, shown whole.
+                path = path[:-1]
+                changes[path] = FieldChange(
+                    path=path,
+                    action=Action.UPDATE,
+                    before=_at(before, path),
+                    after=_at(after, path),
+                )
+            elif kind == "dictionary_item_added":
+                changes[path] = FieldChange(path=path, action=Action.ADD, after=level.t2)
+            elif kind == "dictionary_item_removed":
+                changes[path] = FieldChange(path=path, action=Action.REMOVE, before=level.t1)
+            else:
+                changes[path] = FieldChange(
+                    path=path, action=Action.UPDATE, before=level.t1, after=level.t2
+                )
+    in_scope = [
+        change
+        for change in changes.values()
+        if _set_by(change.path, manifest)
+        or (owned is not None and _owned(change.path, owned, live))
+    ]
+    return sorted(in_scope, key=lambda c: tuple(str(p) for p in c.path))
 
 
-def _get(data: Any, path: tuple[str | int, ...]) -> Any:
+def manifest_drift(manifest: Mapping[str, Any], live: Mapping[str, Any]) -> list[FieldChange]:
+    """Without a dry-run (the server refused one): the fields the manifest sets that live
+    does not carry as set. Server defaults inside lists may show; it is a diagnosis aid."""
+    changes = []
+    for path, want in _leaves(manifest):
+        have = _at(live, path, default=_ABSENT)
+        if have is _ABSENT:
+            changes.append(FieldChange(path=path, action=Action.ADD, after=want))
+        elif have != want:
+            changes.append(FieldChange(path=path, action=Action.UPDATE, before=have, after=want))
+    return changes
+
+
+_ABSENT: Any = object()
+
+
+def _leaves(
+    data: Any, prefix: tuple[str | int, ...] = ()
+) -> list[tuple[tuple[str | int, ...], Any]]:
+    if isinstance(data, dict) and data:
+        found = []
+        for key, value in data.items():
+            found.extend(_leaves(value, (*prefix, key)))
+        return found
+    if isinstance(data, list) and data and all(isinstance(item, dict) for item in data):
+        found = []
+        for index, item in enumerate(data):
+            found.extend(_leaves(item, (*prefix, index)))
+        return found
+    return [(prefix, data)]
+
+
+def _at(data: Any, path: tuple[str | int, ...], default: Any = None) -> Any:
     for part in path:
+        if isinstance(part, str):
+            present = isinstance(data, dict) and part in data
+        else:
+            present = isinstance(data, list) and 0 <= part < len(data)
+        if not present:
+            return default
         data = data[part]
     return data
+
+
+def _set_by(path: tuple[str | int, ...], manifest: Any) -> bool:
+    """Whether `path` is a field the manifest sets (or lies inside a value it sets)."""
+    node = manifest
+    for part in path:
+        if isinstance(node, dict):
+            if part not in node:
+                return False
+            node = node[part]
+        elif isinstance(node, list):
+            if not (isinstance(part, int) and part < len(node)):
+                return True  # inside a list the manifest sets
+            node = node[part]
+        else:
+            return True
+    return True
+
+
+def _owned(path: tuple[str | int, ...], fields: Mapping[str, Any], live: Any) -> bool:
+    """Whether FieldsV1 `fields` (one manager's) covers `path` of the live object."""
+    node: Mapping[str, Any] = fields
+    data = live
+    for part in path:
+        if not node:
+            return True  # a leaf: owned whole
+        if isinstance(part, str):
+            key = f"f:{part}"
+            if key not in node:
+                return False
+            node = node[key]
+            data = data.get(part) if isinstance(data, dict) else None
+            continue
+        item = data[part] if isinstance(data, list) and part < len(data) else None
+        match = None
+        for key, child in node.items():
+            kind, _, text = key.partition(":")
+            if kind == "k" and isinstance(item, dict):
+                if all(item.get(k) == v for k, v in json.loads(text).items()):
+                    match = child
+            elif kind == "v" and json.loads(text) == item:
+                return True
+        if match is None:
+            return False
+        node, data = match, item
+    return True

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +29,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from reconcile import apivalidation, labels
 from reconcile import diagnostics as diag
-from reconcile import labels
 from reconcile.diagnostics import Diagnostic, Source
+from reconcile.kinds import BUILTIN_NAMESPACED, workload_id
 from reconcile.models import (
     API_VERSION,
     DRIVER_SUPPORT_MATRIX,
@@ -281,6 +283,7 @@ class _Loader:
         self.nodes: dict[str, DesiredNode] = {}
         self.matrix: dict[str, MatrixRow] = {}
         self.manifests: list[Manifest] = []
+        self._objects: dict[str, Source] = {}
 
     def name(self, path: Path) -> str:
         """How a file is named in messages: relative to the working directory when inside it."""
@@ -580,7 +583,69 @@ class _Loader:
                     )
                 )
                 continue
-            self.manifests.append(Manifest(body, where))
+            manifest = Manifest(body, where)
+            if self._manifest_problems(manifest, doc):
+                continue
+            key = workload_id(manifest.kind, manifest.namespace, manifest.name)
+            first = self._objects.get(key)
+            if first is not None:
+                self.problems.append(
+                    diag.error(f"{key} is declared twice", where, f"first declared at {first}")
+                )
+                continue
+            self._objects[key] = where
+            self.manifests.append(manifest)
+
+    def _manifest_problems(self, manifest: Manifest, doc: YamlDocument) -> bool:
+        """Report what the API server would refuse, offline; True when anything was found."""
+        found = []
+        namespaced = BUILTIN_NAMESPACED.get((manifest.api_version, manifest.kind))
+        if namespaced and not manifest.namespace:
+            found.append(
+                diag.error(
+                    f"metadata.namespace is required: {manifest.kind} is namespaced",
+                    doc.at(("metadata",)),
+                    "desired state names its namespaces; nothing defaults to the context's",
+                )
+            )
+        elif namespaced is False and manifest.namespace:
+            found.append(
+                diag.error(
+                    f"{manifest.kind} is cluster-scoped: it has no namespace",
+                    doc.at(("metadata", "namespace")),
+                    "remove metadata.namespace",
+                )
+            )
+        group = manifest.api_version.rpartition("/")[0]
+        for problem in apivalidation.validate_object(
+            group, manifest.kind, manifest.body, namespaced=bool(namespaced)
+        ):
+            if problem.field == "metadata.namespace":
+                continue  # reported above, with the table's knowledge
+            found.append(
+                diag.error(
+                    f'{manifest.kind} "{manifest.name}" is invalid: {problem}',
+                    doc.at(field_path(problem.field)),
+                )
+            )
+        self.problems.extend(found)
+        return bool(found)
+
+
+_FIELD_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]|\[([^\]]*)\]")
+
+
+def field_path(field: str) -> PathT:
+    """`spec.containers[0].image` -> ("spec", "containers", 0, "image")."""
+    path: list[str | int] = []
+    for name, index, key in _FIELD_PART.findall(field):
+        if name:
+            path.append(name)
+        elif index:
+            path.append(int(index))
+        else:
+            path.append(key)
+    return tuple(path)
 
 
 def _files(root: Path) -> Iterator[Path]:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reconcile import drivers, labels
 from reconcile.diagnostics import ReconcileError
-from reconcile.diff import LabelChange, label_drift
-from reconcile.models import DesiredNode, DesiredState, LiveNode
+from reconcile.diff import FieldChange, LabelChange, label_drift
+from reconcile.kinds import workload_id
+from reconcile.models import ApiResource, DesiredNode, DesiredState, LiveNode
 
 PLAN_API_VERSION: Final = "reconcile.dev/v1alpha1"
 # Like nfd-master's nfd.node.kubernetes.io/feature-labels: the keys this tool has set.
@@ -81,20 +82,80 @@ class Finding(_Frozen):
     message: str
 
 
+class ObjectPlan(_Frozen):
+    """What apply does to one workload object, with what it needs to do it unaided."""
+
+    apiVersion: str
+    kind: str
+    namespace: str
+    name: str
+    plural: str
+    namespaced: bool
+    source: str
+    action: Literal["create", "update", "recreate", "prune"]
+    resourceVersion: str | None = None
+    changes: tuple[FieldChange, ...] = ()
+    # The configuration reconcile applies (the manifest plus its managed-by label).
+    manifest: dict[str, Any] | None = None
+
+    @property
+    def id(self) -> str:
+        return workload_id(self.kind, self.namespace, self.name)
+
+    @property
+    def resource(self) -> ApiResource:
+        group, _, version = self.apiVersion.rpartition("/")
+        return ApiResource(group, version, self.plural, self.kind, self.namespaced)
+
+    def lines(self) -> list[str]:
+        """The drift lines: `<id> + ` to create, `<id> - ` to prune, else one per field."""
+        if self.action == "create":
+            return [f"{self.id} + "]
+        if self.action == "prune":
+            return [f"{self.id} - "]
+        return [f"{self.id} {c.shown_path} {c.shown_value}" for c in self.changes]
+
+
 class Plan(_Frozen):
     apiVersion: Literal["reconcile.dev/v1alpha1"] = PLAN_API_VERSION
     kind: Literal["Plan"] = "Plan"
     prune: bool = False
+    forceConflicts: bool = False
     nodes: tuple[NodePlan, ...] = ()
     missingNodes: tuple[MissingNode, ...] = ()
     # Labels reconcile set earlier that desired/ no longer declares; removed only with --prune.
     prunable: tuple[PrunableLabel, ...] = ()
     warnings: tuple[PlanWarning, ...] = ()
     findings: tuple[Finding, ...] = ()
+    # Workload objects in apply order (prunes last, in reverse order).
+    objects: tuple[ObjectPlan, ...] = ()
+    # Objects reconcile applied earlier that desired/ no longer holds; removed only with --prune.
+    prunableObjects: tuple[str, ...] = ()
+    # The inventory of applied objects to record after apply (None: unchanged).
+    inventory: tuple[str, ...] | None = None
 
     @property
     def has_drift(self) -> bool:
-        return bool(self.nodes or self.missingNodes)
+        return bool(self.nodes or self.missingNodes or self.objects)
+
+    def with_objects(
+        self,
+        objects: Iterable[ObjectPlan],
+        findings: Iterable[Finding],
+        prunable: Iterable[str],
+        inventory: tuple[str, ...] | None,
+        *,
+        force_conflicts: bool = False,
+    ) -> Plan:
+        return self.model_copy(
+            update={
+                "objects": tuple(objects),
+                "findings": (*self.findings, *findings),
+                "prunableObjects": tuple(prunable),
+                "inventory": inventory,
+                "forceConflicts": force_conflicts,
+            }
+        )
 
     @property
     def needs_attention(self) -> bool:

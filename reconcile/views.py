@@ -123,6 +123,8 @@ def render_plan(
         return
     for node, change in plan.lines():
         out.write(drift_line(node, change, show_owner=show_owner) + "\n")
+    for obj in plan.objects:
+        out.writelines(line + "\n" for line in obj.lines())
     for missing in plan.missingNodes:
         err.write(_missing_note(missing) + "\n")
     for warning in plan.warnings:
@@ -134,6 +136,11 @@ def render_plan(
             f"note: {len(plan.prunable)} label(s) set by reconcile are no longer declared; "
             "`--prune` removes them\n"
         )
+    if plan.prunableObjects:
+        err.write(
+            f"note: {len(plan.prunableObjects)} object(s) applied by reconcile are no longer in "
+            f"desired/ ({', '.join(plan.prunableObjects)}); `--prune` deletes them\n"
+        )
 
 
 def _plan_markdown(plan: Plan, out: TextIO) -> None:
@@ -143,7 +150,10 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
         out.write("No changes: the cluster matches `desired/`.\n")
         return
     nodes = len({node for node, _ in changes})
-    out.write(f"**{len(changes)} label change(s)** on {nodes} node(s).\n\n")
+    summary = f"**{len(changes)} label change(s)** on {nodes} node(s)"
+    if plan.objects:
+        summary += f", **{len(plan.objects)} object(s)** to change"
+    out.write(summary + ".\n\n")
     if plan.findings:
         out.write("| | Subject | Finding |\n| --- | --- | --- |\n")
         for finding in plan.findings:
@@ -157,6 +167,19 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
                 f"| {node} | `{change.key}` | {_md_value(change.before)} | "
                 f"{_md_value(change.after)} | {change.owner or ''} |\n"
             )
+    if plan.objects:
+        out.write("\n| Object | Field | Live | Desired |\n| --- | --- | --- | --- |\n")
+        for obj in plan.objects:
+            if obj.action in ("create", "prune"):
+                verb = "*(create)*" if obj.action == "create" else "*(prune)*"
+                out.write(f"| `{obj.id}` | {verb} | | |\n")
+                continue
+            for field_change in obj.changes:
+                before = _md_json(field_change.before, field_change.action.value == "add")
+                after = _md_json(field_change.after, field_change.action.value == "remove")
+                out.write(
+                    f"| `{obj.id}` | `{_md(field_change.shown_path)}` | {before} | {after} |\n"
+                )
     if plan.missingNodes:
         out.write("\n**Declared but not in the cluster:**\n\n")
         for missing in plan.missingNodes:
@@ -167,6 +190,12 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
             out.write(f"- `{warning.node}` `{warning.key}`: {_md(warning.message)}\n")
     if plan.prunable:
         out.write(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
+
+
+def _md_json(value: Any, absent: bool) -> str:
+    if absent:
+        return "*(absent)*"
+    return f"`{_md(json.dumps(value, separators=(',', ':'), sort_keys=True))}`"
 
 
 def _md_value(value: str | None) -> str:
@@ -195,6 +224,11 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
                 "converged": result.ok,
                 "applied": [_change_json(node, change) for node, change in result.lines()],
                 "failed": [{"node": n.name, "error": n.error} for n in result.failed],
+                "objects": [
+                    {"object": o.id, "lines": list(o.lines), "error": o.error}
+                    for o in result.objects
+                ],
+                "rejected": list(result.rejected),
                 "missingNodes": [m.model_dump(mode="json") for m in result.missingNodes],
                 "conflicts": sum(n.conflicts for n in result.nodes),
             },
@@ -206,12 +240,19 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
         return
     for node, change in result.lines():
         out.write(drift_line(node, change) + "\n")
+    out.writelines(line + "\n" for line in result.object_lines())
     render_apply_failures(result, err)
 
 
 def render_apply_failures(result: ApplyResult, err: TextIO) -> None:
+    for rejected in result.rejected:
+        err.write(f"rejected: {rejected}\n")
+    if result.rejected:
+        err.write("error: the API server would reject the objects above: nothing was applied\n")
     for node in result.failed:
         err.write(f"{node.name}: not converged: {node.error}\n")
+    for obj in result.failed_objects:
+        err.write(f"{obj.id}: not applied: {obj.error}\n")
     for missing in result.missingNodes:
         err.write(_missing_note(missing) + "\n")
 
@@ -227,7 +268,16 @@ def _apply_markdown(result: ApplyResult, out: TextIO) -> None:
         out.write("\n| Node | Label | Now |\n| --- | --- | --- |\n")
         for node, change in applied:
             out.write(f"| {node} | `{change.key}` | {_md_value(change.after)} |\n")
+    objects = list(result.object_lines())
+    if objects:
+        out.write("\n" + "".join(f"- `{line.strip()}`\n" for line in objects))
+    _md_list(out, "Rejected (nothing was applied)", (f"{_md(r)}" for r in result.rejected))
     _md_list(out, "Failed", (f"`{n.name}`: {_md(n.error or '')}" for n in result.failed))
+    _md_list(
+        out,
+        "Objects not applied",
+        (f"`{o.id}`: {_md(o.error or '')}" for o in result.failed_objects),
+    )
     _md_list(out, "Declared but not in the cluster", (f"`{m.name}`" for m in result.missingNodes))
 
 

@@ -32,6 +32,8 @@ __all__ = ["FaultInjector", "RequestRecord", "Sandbox", "SeedError"]
 
 # Created first when seeding, so that what lives in them can follow.
 _SEED_ORDER = {"Namespace": 0, "Node": 1, "Deployment": 2, "ReplicaSet": 3, "StatefulSet": 3}
+# Every cluster has these from its first moment.
+SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 
 
 class SeedError(ValueError):
@@ -54,6 +56,14 @@ class Sandbox:
         self.certificates = tls.generate()
         self._server: SandboxHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        for name in SYSTEM_NAMESPACES:
+            self.api.create(
+                NAMESPACES,
+                "",
+                {"metadata": {"name": name}},
+                manager="kube-apiserver",
+                dry_run=False,
+            )
         self.seed(objects)
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -151,6 +161,10 @@ class Sandbox:
         """Create one object, keeping its status; a missing namespace is created first."""
         resource = self._resource(obj)
         metadata = obj.get("metadata") or {}
+        if resource is NAMESPACES and metadata.get("name") in SYSTEM_NAMESPACES:
+            found = self.store.get(NAMESPACES.key, ("", str(metadata["name"])))
+            assert found is not None
+            return found  # exported from a real cluster: it is here already
         namespace = str(metadata.get("namespace") or ("default" if resource.namespaced else ""))
         with self.store.lock:
             if resource.namespaced and self.store.peek(NAMESPACES.key, ("", namespace)) is None:
@@ -162,7 +176,6 @@ class Sandbox:
                     dry_run=False,
                 )
             body = copy.deepcopy(obj)
-            body.get("metadata", {}).pop("managedFields", None)
             try:
                 created = self.api.create(
                     resource,
@@ -171,6 +184,7 @@ class Sandbox:
                     manager="sandbox-seed",
                     dry_run=False,
                     keep_status=True,
+                    keep_managed_fields=True,
                 )
             except ApiStatus as e:
                 raise SeedError(

@@ -124,6 +124,7 @@ class SandboxApi:
         manager: str,
         dry_run: bool,
         keep_status: bool = False,
+        keep_managed_fields: bool = False,
     ) -> Obj:
         obj = self._decoded(resource, body)
         metadata = obj.setdefault("metadata", {})
@@ -135,7 +136,14 @@ class SandboxApi:
             if name and self.store.peek(resource.key, (namespace, name)) is not None:
                 raise already_exists(resource, name)
             return self._store_new(
-                resource, namespace, obj, manager=manager, dry_run=dry_run, keep_status=keep_status
+                resource,
+                namespace,
+                obj,
+                manager=manager,
+                dry_run=dry_run,
+                keep_status=keep_status,
+                # Seeds may say who owns what, as an export with managed fields does.
+                applied=keep_managed_fields and bool(metadata.get("managedFields")),
             )
 
     def _store_new(

@@ -355,7 +355,10 @@ def test_pod_in_a_missing_namespace_is_a_404(core: Any) -> None:
 
 def test_pods_by_node_field_selector(core: Any) -> None:
     found = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=lab-node-1")
-    assert [p.metadata.name for p in found.items] == ["train-a"]
+    names = [p.metadata.name for p in found.items]
+    assert names == ["trainer-5c8f7d6b9c-q9m4x", "or-job", "train-a"]  # by namespace, then name
+    pending = core.list_namespaced_pod("gpu-drv", field_selector="status.phase=Pending")
+    assert [p.metadata.name for p in pending.items] == ["cuda13-job", "trainer-5c8f7d6b9c-z5r1v"]
 
 
 def test_pod_status_subresource(core: Any) -> None:

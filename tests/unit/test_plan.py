@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.apply import ApplyResult, NodeResult, apply_plan, check_fresh
+from reconcile.apply import ApplyResult, NodeResult, ObjectResult, apply_plan, check_fresh
 from reconcile.diagnostics import Source, StalePlan
 from reconcile.diff import Action, LabelChange, label_drift
 from reconcile.models import DesiredNode, DesiredState, LiveNode
@@ -225,6 +225,58 @@ GOLDEN_PLAN = Plan.model_validate(
             },
         ],
         "missingNodes": [{"name": "lab-node-3", "source": "desired/nodes/lab-node-3.yaml:5:9"}],
+        "objects": [
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "namespace": "",
+                "name": "team-a",
+                "plural": "namespaces",
+                "namespaced": False,
+                "source": "desired/workloads/a.yaml:1:1",
+                "action": "create",
+                "manifest": {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": "team-a"},
+                },
+            },
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "namespace": "gpu-drv",
+                "name": "trainer",
+                "plural": "deployments",
+                "namespaced": True,
+                "source": "desired/workloads/gpu-drv.yaml:49:1",
+                "action": "update",
+                "resourceVersion": "31",
+                "changes": [
+                    {"path": ["spec", "replicas"], "action": "update", "before": 4, "after": 3},
+                    {
+                        "path": ["metadata", "labels", "app.kubernetes.io/part-of"],
+                        "action": "add",
+                        "after": "lab",
+                    },
+                    {
+                        "path": ["spec", "template", "spec", "tolerations"],
+                        "action": "remove",
+                        "before": [{"operator": "Exists"}],
+                    },
+                ],
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": "nfd-lab",
+                "name": "old-job",
+                "plural": "pods",
+                "namespaced": True,
+                "source": "",
+                "action": "prune",
+                "resourceVersion": "7",
+            },
+        ],
         "findings": [
             {
                 "severity": "error",
@@ -261,7 +313,7 @@ def test_plan_views_match_golden_files(fmt: Format, name: str) -> None:
 def test_show_owner_adds_a_fourth_column() -> None:
     out = io.StringIO()
     render_plan(GOLDEN_PLAN, Format.TEXT, out, io.StringIO(), show_owner=True)
-    assert out.getvalue().splitlines() == [
+    assert out.getvalue().splitlines()[:3] == [
         'lab-node-1 example.com/empty "" unknown',
         "lab-node-1 nvidia.com/gpu.count 2 gpu-feature-discovery",
         "lab-node-2 nvidia.com/gpu.present - gpu-feature-discovery",
@@ -283,6 +335,12 @@ def test_apply_views_match_golden_files() -> None:
         owner="gpu-feature-discovery",
     )
     result = ApplyResult(
+        objects=(
+            ObjectResult(
+                "Deployment/gpu-drv/trainer", lines=("Deployment/gpu-drv/trainer spec.replicas 3",)
+            ),
+            ObjectResult("Pod/nfd-lab/a100-job", error='pods "a100-job" not found'),
+        ),
         nodes=(
             NodeResult("lab-node-1", applied=(change,)),
             NodeResult("lab-node-2", error='nodes "lab-node-2" not found (404 NotFound)'),

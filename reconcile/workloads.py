@@ -1,0 +1,417 @@
+"""Workload objects from desired/workloads: planning by server-side dry-run, applying with
+server-side apply (field manager `reconcile`), and pruning by inventory.
+
+Drift is what the API server says applying would change: the dry-run result against the
+live object, both defaulted by the same server, so defaults never show as drift. Every
+object reconcile applies carries `app.kubernetes.io/managed-by: reconcile` and is
+recorded in an inventory (the ConfigMap `default/reconcile-inventory`); `--prune` deletes
+an object only if it is in that inventory, no longer in desired/, and still labelled.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from reconcile import apivalidation
+from reconcile.diagnostics import ApiError, Conflict, Invalid, NotFound, ReconcileError
+from reconcile.diff import FieldChange, manifest_drift, object_drift
+from reconcile.kinds import apply_rank, workload_id
+from reconcile.models import ApiResource, DesiredState, Manifest
+from reconcile.plan import Finding, ObjectPlan
+
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "reconcile"
+FIELD_MANAGER: Final = "reconcile"
+INVENTORY_NAMESPACE: Final = "default"
+INVENTORY_NAME: Final = "reconcile-inventory"
+INVENTORY_KEY: Final = "objects"
+CONFIGMAPS: Final = ApiResource("", "v1", "configmaps", "ConfigMap", True)
+NAMESPACES: Final = ApiResource("", "v1", "namespaces", "Namespace", False)
+
+# Findings that mean the API server would reject an object: apply then writes nothing.
+REJECTIONS: Final = frozenset(
+    {"object-conflict", "object-immutable", "object-invalid", "unknown-kind", "namespace-missing"}
+)
+
+
+class ResourceFinder(Protocol):
+    def resource_for(self, api_version: str, kind: str) -> ApiResource | None: ...
+
+
+class ObjectCluster(Protocol):
+    """What workload planning and applying need from the cluster (cluster.Cluster has it)."""
+
+    def discovery(self) -> ResourceFinder: ...
+
+    def get_object(
+        self, resource: ApiResource, namespace: str, name: str
+    ) -> dict[str, Any] | None: ...
+
+    def list_objects(
+        self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    def apply_object(
+        self,
+        resource: ApiResource,
+        body: dict[str, Any],
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> dict[str, Any]: ...
+
+    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> None: ...
+
+
+def applied_config(manifest: Manifest) -> dict[str, Any]:
+    """The configuration reconcile applies: the manifest, labelled as managed by reconcile."""
+    config = copy.deepcopy(manifest.body)
+    labels = config.setdefault("metadata", {}).setdefault("labels", {}) or {}
+    labels[MANAGED_BY_LABEL] = MANAGED_BY
+    config["metadata"]["labels"] = labels
+    return config
+
+
+def inventory_entry(api_version: str, kind: str, namespace: str, name: str) -> str:
+    return f"{api_version} {kind} {namespace or '-'} {name}"
+
+
+def parse_inventory_entry(entry: str) -> tuple[str, str, str, str] | None:
+    parts = entry.split()
+    if len(parts) != 4:
+        return None
+    api_version, kind, namespace, name = parts
+    return api_version, kind, "" if namespace == "-" else namespace, name
+
+
+def reconcile_fields(live: dict[str, Any]) -> dict[str, Any] | None:
+    """FieldsV1 of reconcile's own apply entry in the live object, if any."""
+    for entry in (live.get("metadata") or {}).get("managedFields") or ():
+        if entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Apply":
+            return dict(entry.get("fieldsV1") or {})
+    return None
+
+
+def is_immutable(error: ApiError) -> bool:
+    """A 422 that says a field cannot change in place (pods, selectors, ...)."""
+    text = " ".join([error.message, *(str(c.get("message", "")) for c in error.causes)])
+    return "immutable" in text or "may not change fields" in text
+
+
+@dataclass
+class ObjectPlanning:
+    objects: list[ObjectPlan] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    prunable: list[str] = field(default_factory=list)
+    inventory: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class _Target:
+    manifest: Manifest
+    resource: ApiResource
+    config: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return workload_id(self.manifest.kind, self.namespace, self.manifest.name)
+
+    @property
+    def namespace(self) -> str:
+        return self.manifest.namespace if self.resource.namespaced else ""
+
+
+def plan_objects(
+    state: DesiredState,
+    cluster: ObjectCluster,
+    *,
+    prune: bool = False,
+    force: bool = False,
+    recreate: bool = False,
+) -> ObjectPlanning:
+    """Plan every manifest: one LIST per kind and namespace, one dry-run apply per object
+    that exists (and per new object whose namespace exists), then the prune candidates."""
+    planning = ObjectPlanning()
+    discovery = cluster.discovery()
+    targets = _targets(state.manifests, discovery, planning)
+    live = _live(targets, cluster)
+    declared_namespaces = {t.manifest.name for t in targets if t.resource.kind == "Namespace"}
+    existing_namespaces: set[str] | None = None
+    for target in targets:
+        current = live.get(target.id)
+        if current is None:
+            if target.resource.namespaced and target.namespace not in declared_namespaces:
+                if existing_namespaces is None:
+                    existing_namespaces = {
+                        n["metadata"]["name"] for n in cluster.list_objects(NAMESPACES)
+                    }
+                if target.namespace not in existing_namespaces:
+                    planning.findings.append(
+                        _finding(
+                            "namespace-missing",
+                            target,
+                            f"namespace {target.namespace} does not exist and desired/ does not create it",
+                        )
+                    )
+                    continue
+            _plan_create(target, cluster, declared_namespaces, planning, force=force)
+        else:
+            _plan_update(target, current, cluster, planning, force=force, recreate=recreate)
+    _plan_prune(state, targets, discovery, cluster, planning, prune=prune)
+    return planning
+
+
+def _finding(kind: str, target: _Target, message: str, severity: str = "error") -> Finding:
+    return Finding(
+        severity="error" if severity == "error" else "warning",
+        kind=kind,
+        subject=target.id,
+        message=f"{message} ({target.manifest.source})",
+    )
+
+
+def _targets(
+    manifests: Iterable[Manifest], discovery: ResourceFinder, planning: ObjectPlanning
+) -> list[_Target]:
+    targets = []
+    for manifest in manifests:
+        resource = discovery.resource_for(manifest.api_version, manifest.kind)
+        if resource is None:
+            planning.findings.append(
+                Finding(
+                    severity="error",
+                    kind="unknown-kind",
+                    subject=workload_id(manifest.kind, manifest.namespace, manifest.name),
+                    message=f"the API server does not serve apiVersion {manifest.api_version} kind {manifest.kind} ({manifest.source})",
+                )
+            )
+            continue
+        targets.append(_Target(manifest, resource, applied_config(manifest)))
+    return sorted(
+        targets,
+        key=lambda t: (apply_rank(t.resource.kind), t.resource.kind, t.namespace, t.manifest.name),
+    )
+
+
+def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[str, dict[str, Any]]:
+    """The live objects of every (kind, namespace) the targets live in: one LIST each."""
+    found: dict[str, dict[str, Any]] = {}
+    seen: set[tuple[str, str, str]] = set()
+    for target in targets:
+        key = (target.resource.api_version, target.resource.plural, target.namespace)
+        if key in seen:
+            continue
+        seen.add(key)
+        for item in cluster.list_objects(target.resource, target.namespace):
+            metadata = item.get("metadata") or {}
+            item.setdefault("apiVersion", target.resource.api_version)
+            item.setdefault("kind", target.resource.kind)
+            found[
+                workload_id(target.resource.kind, metadata.get("namespace") or "", metadata["name"])
+            ] = item
+    return found
+
+
+def _object_plan(
+    target: _Target, action: str, *, version: str | None = None, changes: Iterable[FieldChange] = ()
+) -> ObjectPlan:
+    return ObjectPlan(
+        apiVersion=target.resource.api_version,
+        kind=target.resource.kind,
+        namespace=target.namespace,
+        name=target.manifest.name,
+        plural=target.resource.plural,
+        namespaced=target.resource.namespaced,
+        source=str(target.manifest.source),
+        action=action,
+        resourceVersion=version,
+        changes=tuple(changes),
+        manifest=target.config,
+    )
+
+
+def _plan_create(
+    target: _Target,
+    cluster: ObjectCluster,
+    declared_namespaces: set[str],
+    planning: ObjectPlanning,
+    *,
+    force: bool,
+) -> None:
+    if target.resource.namespaced and target.namespace in declared_namespaces:
+        # Its namespace is created by this same apply: the server cannot dry-run it yet,
+        # so check it offline with the API server's rules.
+        errors = apivalidation.validate_object(
+            target.resource.group, target.resource.kind, target.config, namespaced=True
+        )
+        if errors:
+            planning.findings.append(
+                _finding("object-invalid", target, apivalidation.aggregate(errors))
+            )
+            return
+    else:
+        try:
+            cluster.apply_object(target.resource, target.config, dry_run=True, force=force)
+        except NotFound as e:
+            planning.findings.append(_finding("namespace-missing", target, e.message))
+            return
+        except ApiError as e:
+            planning.findings.append(_finding("object-invalid", target, e.message or str(e)))
+            return
+    planning.objects.append(_object_plan(target, "create"))
+
+
+def _plan_update(
+    target: _Target,
+    live: dict[str, Any],
+    cluster: ObjectCluster,
+    planning: ObjectPlanning,
+    *,
+    force: bool,
+    recreate: bool,
+) -> None:
+    version = str((live.get("metadata") or {}).get("resourceVersion") or "")
+    try:
+        result = cluster.apply_object(target.resource, target.config, dry_run=True, force=force)
+    except Conflict as e:
+        if recreate and _needs_recreate(target, cluster):
+            # Deleted and created anew: whoever owned its fields does not matter.
+            changes = manifest_drift(target.config, live)
+            planning.objects.append(
+                _object_plan(target, "recreate", version=version, changes=changes)
+            )
+            return
+        planning.findings.append(
+            _finding("object-conflict", target, f"{e.message}; --force-conflicts takes ownership")
+        )
+        planning.objects.append(
+            _object_plan(
+                target, "update", version=version, changes=manifest_drift(target.config, live)
+            )
+        )
+        return
+    except Invalid as e:
+        changes = manifest_drift(target.config, live)
+        if is_immutable(e):
+            if recreate:
+                planning.objects.append(
+                    _object_plan(target, "recreate", version=version, changes=changes)
+                )
+                return
+            planning.findings.append(
+                _finding(
+                    "object-immutable",
+                    target,
+                    f"cannot change in place: {e.message}; --recreate deletes and creates it",
+                )
+            )
+            planning.objects.append(
+                _object_plan(target, "update", version=version, changes=changes)
+            )
+            return
+        planning.findings.append(_finding("object-invalid", target, e.message or str(e)))
+        return
+    except ApiError as e:
+        planning.findings.append(_finding("object-invalid", target, e.message or str(e)))
+        return
+    changes = object_drift(target.config, live, result, owned=reconcile_fields(live))
+    if changes:
+        planning.objects.append(_object_plan(target, "update", version=version, changes=changes))
+
+
+def _needs_recreate(target: _Target, cluster: ObjectCluster) -> bool:
+    """Whether the change, conflicts set aside, is one the server refuses to make in place."""
+    try:
+        cluster.apply_object(target.resource, target.config, dry_run=True, force=True)
+    except Invalid as e:
+        return is_immutable(e)
+    except ApiError:
+        return False
+    return False
+
+
+def read_inventory(cluster: ObjectCluster) -> tuple[str, ...]:
+    found = cluster.get_object(CONFIGMAPS, INVENTORY_NAMESPACE, INVENTORY_NAME)
+    if found is None:
+        return ()
+    raw = str((found.get("data") or {}).get(INVENTORY_KEY) or "")
+    return tuple(line for line in raw.splitlines() if line.strip())
+
+
+def _plan_prune(
+    state: DesiredState,
+    targets: list[_Target],
+    discovery: ResourceFinder,
+    cluster: ObjectCluster,
+    planning: ObjectPlanning,
+    *,
+    prune: bool,
+) -> None:
+    current = read_inventory(cluster)
+    wanted = {
+        inventory_entry(t.resource.api_version, t.resource.kind, t.namespace, t.manifest.name)
+        for t in targets
+    }
+    kept: set[str] = set(wanted)
+    prunes: list[ObjectPlan] = []
+    for entry in current:
+        if entry in wanted:
+            continue
+        parsed = parse_inventory_entry(entry)
+        if parsed is None:
+            continue
+        api_version, kind, namespace, name = parsed
+        resource = discovery.resource_for(api_version, kind)
+        if resource is None:
+            continue
+        live = cluster.get_object(resource, namespace, name)
+        labels = ((live or {}).get("metadata") or {}).get("labels") or {}
+        if live is None or labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
+            continue  # gone, or no longer ours: never deleted
+        object_id = workload_id(kind, namespace, name)
+        if not prune:
+            planning.prunable.append(object_id)
+            kept.add(entry)
+            continue
+        prunes.append(
+            ObjectPlan(
+                apiVersion=api_version,
+                kind=kind,
+                namespace=namespace,
+                name=name,
+                plural=resource.plural,
+                namespaced=resource.namespaced,
+                source="",
+                action="prune",
+                resourceVersion=str(live["metadata"].get("resourceVersion") or ""),
+            )
+        )
+    prunes.sort(key=lambda p: (apply_rank(p.kind), p.kind, p.namespace, p.name), reverse=True)
+    planning.objects.extend(prunes)
+    inventory = tuple(sorted(kept))
+    if state.manifests or current:
+        planning.inventory = inventory if inventory != tuple(sorted(current)) else None
+
+
+def inventory_object(entries: Iterable[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": INVENTORY_NAME,
+            "namespace": INVENTORY_NAMESPACE,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+        },
+        "data": {INVENTORY_KEY: "\n".join(sorted(entries)) + "\n"},
+    }
+
+
+def rejections(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.kind in REJECTIONS]
+
+
+class ObjectApplyError(ReconcileError):
+    pass

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 import click
 
 from reconcile import diagnostics as diag
-from reconcile.diagnostics import InvalidInput, ReconcileError
+from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError
 from reconcile.views import Format
 
 if TYPE_CHECKING:
@@ -117,17 +117,28 @@ def _errors_to_exit_codes() -> Iterator[None]:
         sys.exit(EXIT_SIGINT)
 
 
-def load_or_fail(g: Globals) -> DesiredState:
-    """The validated desired state; every problem printed and exit 2 if there is one."""
-    from reconcile.drivers import desired_diagnostics
+def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState, list[Diagnostic]]:
+    """desired/ loaded, and every problem with it: the files, then (when they load) the
+    GPU label conventions and what can never schedule. `coverage_check` adds the
+    support-matrix check that `plan` makes against the cluster instead."""
+    from reconcile import drivers, placement
     from reconcile.loader import load_desired
-    from reconcile.views import render_diagnostics
 
     state, problems = load_desired(g.desired)
     if not diag.has_errors(problems):
-        problems = sorted(
-            [*problems, *desired_diagnostics(state, coverage_check=False)], key=diag.sort_key
-        )
+        found = [
+            *drivers.desired_diagnostics(state, coverage_check=coverage_check),
+            *placement.desired_diagnostics(state),
+        ]
+        problems = sorted([*problems, *found], key=diag.sort_key)
+    return state, problems
+
+
+def load_or_fail(g: Globals) -> DesiredState:
+    """The validated desired state; every problem printed and exit 2 if there is one."""
+    from reconcile.views import render_diagnostics
+
+    state, problems = desired_problems(g, coverage_check=False)
     if diag.has_errors(problems):
         raise InvalidInput(problems)
     render_diagnostics(problems, _err())
@@ -151,15 +162,9 @@ def main() -> None:
 @common_options
 def validate(g: Globals) -> None:
     """Check every file under desired/ without a cluster; print every problem as file:line:col."""
-    from reconcile.drivers import desired_diagnostics
-    from reconcile.loader import load_desired
     from reconcile.views import render_validation
 
-    state, problems = load_desired(g.desired)
-    if not diag.has_errors(problems):
-        problems = sorted(
-            [*problems, *desired_diagnostics(state, coverage_check=True)], key=diag.sort_key
-        )
+    _, problems = desired_problems(g, coverage_check=True)
     render_validation(problems, g.output, _out(), _err())
     sys.exit(EXIT_ERROR if diag.has_errors(problems) else EXIT_OK)
 
@@ -167,21 +172,35 @@ def validate(g: Globals) -> None:
 def _full_plan(
     g: Globals, cluster: Cluster, state: DesiredState, *, prune: bool, force: bool, recreate: bool
 ) -> Plan:
-    """Label drift for the nodes, then the workload objects by server-side dry-run."""
-    from reconcile.plan import build_plan
+    """Label drift for the nodes, the workload objects by server-side dry-run, and what
+    the change does to placement."""
+    from reconcile import placement
+    from reconcile.plan import build_plan, projected_labels
     from reconcile.workloads import plan_objects
 
-    label_plan = build_plan(state, cluster.list_nodes(), prune=prune)
+    live = cluster.list_nodes()
+    the_plan = build_plan(state, live, prune=prune)
     if not state.manifests and not prune:
-        return label_plan
+        return the_plan
     objects = plan_objects(state, cluster, prune=prune, force=force, recreate=recreate)
-    return label_plan.with_objects(
+    the_plan = the_plan.with_objects(
         objects.objects,
         objects.findings,
         objects.prunable,
         objects.inventory,
         force_conflicts=force,
     )
+    # Running pods matter only when labels change: then every pod is listed once.
+    pods = placement.running_pods(cluster.list_all("/api/v1/pods")) if the_plan.nodes else []
+    touched = {obj.id for obj in the_plan.objects}
+    findings = placement.impact(
+        state,
+        placement.node_views(live),
+        placement.node_views(live, projected_labels(state, live)),
+        unchanged=frozenset(t.id for t in placement.workloads(state) if t.id not in touched),
+        pods=pods,
+    )
+    return the_plan.model_copy(update={"findings": (*the_plan.findings, *findings)})
 
 
 def _object_options(command: F) -> F:
@@ -397,6 +416,55 @@ def sandbox(seed: str, port: int, kubeconfig_out: Path | None, command: tuple[st
             seed=seed, port=port, kubeconfig_out=kubeconfig_out, command=list(command), err=_err()
         )
     sys.exit(code)
+
+
+@main.command("placement")
+@common_options
+@click.option(
+    "--nodes",
+    "source",
+    type=click.Choice(["cluster", "desired"]),
+    default="cluster",
+    show_default=True,
+    help="Evaluate against the live nodes with desired/ laid over, or desired/nodes alone.",
+)
+def placement_command(g: Globals, source: str) -> None:
+    """Where every Pod and pod template in desired/workloads can land, against the labels the
+    cluster will have after apply: `<kind>/<namespace>/<name> <node>,<node>...` or
+    `<kind>/<namespace>/<name> PENDING <the scheduler's reason>`. Exit 1 if anything cannot
+    be placed in full."""
+    from reconcile import placement
+    from reconcile.plan import projected_labels
+    from reconcile.views import write_json
+
+    with _errors_to_exit_codes():
+        state = load_or_fail(g)
+        if source == "desired":
+            declared = {
+                name: {k: v for k, v in node.labels.items() if v is not None}
+                for name, node in state.nodes.items()
+            }
+            nodes = placement.node_views([], declared)
+        else:
+            live = g.connect().list_nodes()
+            nodes = placement.node_views(live, projected_labels(state, live))
+        results = [placement.place(t, nodes) for t in placement.workloads(state)]
+    if g.output is Format.JSON:
+        write_json(
+            [
+                {
+                    "workload": r.template.id,
+                    "nodes": list(r.nodes),
+                    "pending": r.pending,
+                    "reason": r.reason,
+                }
+                for r in results
+            ],
+            _out(),
+        )
+    else:
+        _out().writelines(r.line() + "\n" for r in results)
+    sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT)
 
 
 # --- GPU facts -------------------------------------------------------------------------------

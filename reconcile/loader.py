@@ -583,7 +583,7 @@ class _Loader:
                     )
                 )
                 continue
-            manifest = Manifest(body, where)
+            manifest = Manifest(body, where, doc.values)
             if self._manifest_problems(manifest, doc):
                 continue
             key = workload_id(manifest.kind, manifest.namespace, manifest.name)

@@ -206,6 +206,17 @@ class Manifest:
 
     body: dict[str, Any]
     source: Source
+    # Where each value of the document is written: path -> (line, column).
+    positions: dict[tuple[str | int, ...], tuple[int, int]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def at(self, path: tuple[str | int, ...]) -> Source:
+        """Where `path` (or the nearest value enclosing it) is written."""
+        for end in range(len(path), 0, -1):
+            if path[:end] in self.positions:
+                return Source(self.source.file, *self.positions[path[:end]])
+        return self.source
 
     @property
     def api_version(self) -> str:

@@ -298,65 +298,104 @@ class _Parser:
         raise SelectorError(f"found '{literal}', expected: identifier")
 
 
-def _field_invalid(field: str, value: Any, detail: str) -> str:
-    if isinstance(value, str):
-        shown = labels.go_quote(value)
-    else:
-        shown = "[]string{" + ", ".join(labels.go_quote(v) for v in value) + "}"
-    return f"{field}: Invalid value: {shown}: {detail}"
+@dataclass(frozen=True)
+class RequirementError:
+    """One field.Error of labels.NewRequirement, its field relative to the requirement."""
+
+    field: str  # "key", "values", "values[0]", "values[0][<key>]", "operator"
+    type: str  # "FieldValueInvalid" or "FieldValueNotSupported"
+    value: Any
+    detail: str
+
+    def message(self, path: str | None = None) -> str:
+        where = f"{path}.{self.field}" if path else self.field
+        if isinstance(self.value, str):
+            shown = labels.go_quote(self.value)
+        else:
+            shown = "[]string{" + ", ".join(labels.go_quote(v) for v in self.value) + "}"
+        kind = "Unsupported value" if self.type == "FieldValueNotSupported" else "Invalid value"
+        return f"{where}: {kind}: {shown}: {self.detail}"
 
 
-def new_requirement(key: str, op: Op | str, values: tuple[str, ...]) -> Requirement:
-    """labels.NewRequirement: the requirement, or SelectorError with every problem."""
-    problems = []
+_OPERATORS_SUPPORTED: Final = ", ".join(
+    labels.go_quote(o) for o in (*_BINARY_OPERATORS, "exists", "!")
+)
+
+
+def requirement_errors(key: str, op: Op | str, values: tuple[str, ...]) -> list[RequirementError]:
+    """Everything labels.NewRequirement refuses about one requirement."""
     if op not in set(Op):
-        supported = ", ".join(labels.go_quote(o) for o in (*_BINARY_OPERATORS, "exists", "!"))
-        raise SelectorError(
-            f"operator: Unsupported value: {labels.go_quote(str(op))}: supported values: {supported}"
-        )
+        return [
+            RequirementError(
+                "operator",
+                "FieldValueNotSupported",
+                str(op),
+                f"supported values: {_OPERATORS_SUPPORTED}",
+            )
+        ]
     op = Op(op)
+    found = []
+    invalid = "FieldValueInvalid"
     key_problems = labels.is_qualified_name(key)
     if key_problems:
-        problems.append(_field_invalid("key", key, "; ".join(key_problems)))
+        found.append(RequirementError("key", invalid, key, "; ".join(key_problems)))
     if op in (Op.IN, Op.NOT_IN) and not values:
-        problems.append(
-            _field_invalid(
-                "values", values, "for 'in', 'notin' operators, values set can't be empty"
+        found.append(
+            RequirementError(
+                "values", invalid, values, "for 'in', 'notin' operators, values set can't be empty"
             )
         )
     elif op in (Op.EQUALS, Op.DOUBLE_EQUALS, Op.NOT_EQUALS) and len(values) != 1:
-        problems.append(
-            _field_invalid("values", values, "exact-match compatibility requires one single value")
+        found.append(
+            RequirementError(
+                "values", invalid, values, "exact-match compatibility requires one single value"
+            )
         )
     elif op in (Op.EXISTS, Op.DOES_NOT_EXIST) and values:
-        problems.append(
-            _field_invalid(
-                "values", values, "values set must be empty for exists and does not exist"
+        found.append(
+            RequirementError(
+                "values", invalid, values, "values set must be empty for exists and does not exist"
             )
         )
     elif op in (Op.GREATER_THAN, Op.LESS_THAN):
         if len(values) != 1:
-            problems.append(
-                _field_invalid(
-                    "values", values, "for 'Gt', 'Lt' operators, exactly one value is required"
+            found.append(
+                RequirementError(
+                    "values",
+                    invalid,
+                    values,
+                    "for 'Gt', 'Lt' operators, exactly one value is required",
                 )
             )
-        for i, value in enumerate(values):
-            if parse_int64(value) is None:
-                problems.append(
-                    _field_invalid(
-                        f"values[{i}]",
-                        value,
-                        "for 'Gt', 'Lt' operators, the value must be an integer",
-                    )
-                )
+        found.extend(
+            RequirementError(
+                f"values[{i}]",
+                invalid,
+                value,
+                "for 'Gt', 'Lt' operators, the value must be an integer",
+            )
+            for i, value in enumerate(values)
+            if parse_int64(value) is None
+        )
     for i, value in enumerate(values):
         value_problems = labels.is_valid_label_value(value)
         if value_problems:
-            problems.append(_field_invalid(f"values[{i}][{key}]", value, "; ".join(value_problems)))
+            found.append(
+                RequirementError(f"values[{i}][{key}]", invalid, value, "; ".join(value_problems))
+            )
+    return found
+
+
+def new_requirement(key: str, op: Op | str, values: tuple[str, ...]) -> Requirement:
+    """labels.NewRequirement: the requirement, or SelectorError with every problem."""
+    problems = [e.message() for e in requirement_errors(key, op, values)]
     if problems:
         raise SelectorError(problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]")
-    return Requirement(key, op, values)
+    return Requirement(key, Op(op), values)
+
+
+def _field_invalid(field: str, value: Any, detail: str) -> str:
+    return RequirementError(field, "FieldValueInvalid", value, detail).message()
 
 
 def parse(text: str) -> Selector:

@@ -1,0 +1,597 @@
+"""Where pods can land: node affinity exactly as k8s.io/component-helpers/scheduling/corev1/
+nodeaffinity evaluates it, plus the scheduler filters that decide placement on labels
+alone (cordoned nodes, untolerated taints, node selectors, and required pod anti-affinity
+against a workload's own replicas).
+
+The failure reconcile exists for is silent: remove or mistype a label and new pods stay
+Pending hours later. Evaluating every workload against the labels the cluster will have
+after apply makes that loud at review time, with the scheduler's own words.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from reconcile import diagnostics as diag
+from reconcile.diagnostics import Diagnostic
+from reconcile.kinds import apply_rank, workload_id
+from reconcile.models import DesiredState, LiveNode, Manifest
+from reconcile.plan import Finding
+from reconcile.selector import (
+    Op,
+    Requirement,
+    Selector,
+    SelectorError,
+    from_label_selector,
+    parse_int64,
+    requirement_errors,
+)
+
+HOSTNAME: Final = "kubernetes.io/hostname"
+
+_OPERATORS: Final = {
+    "In": Op.IN,
+    "NotIn": Op.NOT_IN,
+    "Exists": Op.EXISTS,
+    "DoesNotExist": Op.DOES_NOT_EXIST,
+    "Gt": Op.GREATER_THAN,
+    "Lt": Op.LESS_THAN,
+}
+_VALID_SELECTOR_OPERATORS: Final = '"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"'
+_VALID_FIELD_OPERATORS: Final = '"In", "NotIn"'
+
+# kube-scheduler's filter failure reasons (pkg/scheduler/framework/plugins/...).
+REASON_UNSCHEDULABLE: Final = "node(s) were unschedulable"
+REASON_AFFINITY: Final = "node(s) didn't match Pod's node affinity/selector"
+REASON_ANTI_AFFINITY: Final = "node(s) didn't match pod anti-affinity rules"
+REASON_NODE_NAME: Final = "node(s) didn't match the requested node name"
+
+
+@dataclass(frozen=True)
+class SelectorProblem:
+    """A field.Error of NewNodeSelector: type, path and detail."""
+
+    type: str
+    field: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A node as placement sees it."""
+
+    name: str
+    labels: Mapping[str, str]
+    unschedulable: bool = False
+    taints: tuple[Mapping[str, Any], ...] = ()
+
+
+# --- k8s.io/component-helpers nodeaffinity ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Term:
+    labels: Selector | None
+    fields: tuple[tuple[bool, str], ...] | None  # (equal?, metadata.name value)
+
+    def matches(self, node: NodeView) -> bool:
+        if self.labels is not None and not self.labels.matches(node.labels):
+            return False
+        # Fields are ignored for a node without a name, as upstream (extractNodeFields).
+        if self.fields is not None and node.name:
+            return all((node.name == value) == equal for equal, value in self.fields)
+        return True
+
+
+def _requirements_as_selector(
+    expressions: Sequence[Mapping[str, Any]] | None, path: str
+) -> tuple[Selector | None, list[SelectorProblem]]:
+    """nodeSelectorRequirementsAsSelector: an empty list selects nothing."""
+    if not expressions:
+        return _NOTHING, []
+    problems: list[SelectorProblem] = []
+    requirements: list[Requirement] = []
+    for i, expression in enumerate(expressions):
+        where = f"{path}[{i}]"
+        operator = _OPERATORS.get(str(expression.get("operator")))
+        if operator is None:
+            problems.append(
+                SelectorProblem(
+                    "FieldValueNotSupported",
+                    f"{where}.operator",
+                    f"supported values: {_VALID_SELECTOR_OPERATORS}",
+                )
+            )
+            continue
+        key = str(expression.get("key", ""))
+        values = tuple(str(v) for v in expression.get("values") or ())
+        errors = requirement_errors(key, operator, values)
+        if errors:
+            problems.extend(SelectorProblem(e.type, f"{where}.{e.field}", e.detail) for e in errors)
+            continue
+        requirements.append(Requirement(key, operator, tuple(sorted(values))))
+    if problems:
+        return None, problems
+    return Selector(tuple(sorted(requirements, key=lambda r: r.key))), []
+
+
+class _Nothing(Selector):
+    def matches(self, labels_: Mapping[str, str]) -> bool:
+        return False
+
+
+_NOTHING: Final = _Nothing()
+
+
+def _requirements_as_fields(
+    expressions: Sequence[Mapping[str, Any]], path: str
+) -> tuple[tuple[tuple[bool, str], ...] | None, list[SelectorProblem]]:
+    """nodeSelectorRequirementsAsFieldSelector: In/NotIn with exactly one value."""
+    problems: list[SelectorProblem] = []
+    terms: list[tuple[bool, str]] = []
+    for i, expression in enumerate(expressions):
+        where = f"{path}[{i}]"
+        operator = expression.get("operator")
+        values = list(expression.get("values") or ())
+        if operator in ("In", "NotIn"):
+            if len(values) != 1:
+                problems.append(
+                    SelectorProblem("FieldValueInvalid", f"{where}.values", "must have one element")
+                )
+            elif expression.get("key") == "metadata.name":
+                terms.append((operator == "In", str(values[0])))
+            else:
+                # Only metadata.name is a node field: any other key never equals a value.
+                terms.append((operator == "In", "\x00no such field"))
+        else:
+            problems.append(
+                SelectorProblem(
+                    "FieldValueNotSupported",
+                    f"{where}.operator",
+                    f"supported values: {_VALID_FIELD_OPERATORS}",
+                )
+            )
+    if problems:
+        return None, problems
+    return tuple(terms), []
+
+
+def _is_empty(term: Mapping[str, Any]) -> bool:
+    return not term.get("matchExpressions") and not term.get("matchFields")
+
+
+def _parse_term(term: Mapping[str, Any], path: str) -> tuple[_Term | None, list[SelectorProblem]]:
+    labels_: Selector | None = None
+    fields_: tuple[tuple[bool, str], ...] | None = None
+    problems: list[SelectorProblem] = []
+    if term.get("matchExpressions"):
+        labels_, found = _requirements_as_selector(
+            term["matchExpressions"], f"{path}.matchExpressions"
+        )
+        problems += found
+    if term.get("matchFields"):
+        fields_, found = _requirements_as_fields(term["matchFields"], f"{path}.matchFields")
+        problems += found
+    if problems:
+        return None, problems
+    return _Term(labels_, fields_), []
+
+
+@dataclass(frozen=True)
+class NodeSelector:
+    """A parsed v1.NodeSelector: terms OR-ed; a term that does not parse matches nothing."""
+
+    terms: tuple[_Term, ...]
+    problems: tuple[SelectorProblem, ...] = ()
+
+    @classmethod
+    def parse(
+        cls, selector: Mapping[str, Any] | None, path: str = "nodeSelectorTerms"
+    ) -> NodeSelector:
+        terms = []
+        problems: list[SelectorProblem] = []
+        for i, term in enumerate((selector or {}).get("nodeSelectorTerms") or ()):
+            if _is_empty(term or {}):
+                continue  # an empty term selects no objects
+            parsed, found = _parse_term(term, f"{path}[{i}]")
+            problems += found
+            if parsed is not None:
+                terms.append(parsed)
+        return cls(tuple(terms), tuple(problems))
+
+    def matches(self, node: NodeView | None) -> bool:
+        if node is None:
+            return False
+        return any(term.matches(node) for term in self.terms)
+
+
+def preferred_score(
+    terms: Sequence[Mapping[str, Any]], node: NodeView | None
+) -> tuple[int, list[SelectorProblem]]:
+    """PreferredSchedulingTerms.Score: the weights of the preferences a node matches.
+    Terms of weight 0 are skipped, their problems unreported, as upstream."""
+    score = 0
+    problems: list[SelectorProblem] = []
+    parsed: list[tuple[int, _Term]] = []
+    for i, term in enumerate(terms):
+        weight = int(term.get("weight") or 0)
+        if weight == 0:
+            continue
+        result, found = _parse_term(term.get("preference") or {}, f"[{i}]")
+        problems += found
+        if result is not None:
+            parsed.append((weight, result))
+    if problems:
+        return 0, problems
+    if node is not None:
+        score = sum(weight for weight, term in parsed if term.matches(node))
+    return score, []
+
+
+def required_node_affinity_matches(pod_spec: Mapping[str, Any], node: NodeView) -> bool:
+    """GetRequiredNodeAffinity(pod).Match(node): nodeSelector and required node affinity."""
+    node_selector = pod_spec.get("nodeSelector") or {}
+    if node_selector and not all(node.labels.get(k) == str(v) for k, v in node_selector.items()):
+        return False
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    if required is None:
+        return True
+    return NodeSelector.parse(required).matches(node)
+
+
+# --- the scheduler's filters ------------------------------------------------------------------
+
+# What admission adds to every pod: tolerating not-ready and unreachable for 300 s.
+DEFAULT_TOLERATIONS: Final = (
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
+)
+
+
+def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    """v1.Toleration.ToleratesTaint."""
+    effect = toleration.get("effect") or ""
+    if effect and effect != taint.get("effect"):
+        return False
+    key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if key and key != taint.get("key"):
+        return False
+    if operator == "Exists":
+        return True
+    return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
+def untolerated_taint(pod_spec: Mapping[str, Any], node: NodeView) -> Mapping[str, Any] | None:
+    tolerations = [*(pod_spec.get("tolerations") or ()), *DEFAULT_TOLERATIONS]
+    for taint in node.taints:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(tolerates(t, taint) for t in tolerations):
+            return taint
+    return None
+
+
+def filter_reason(
+    pod_spec: Mapping[str, Any], node: NodeView, *, daemon: bool = False
+) -> str | None:
+    """Why the scheduler would not place the pod on `node`, in its words (first failing
+    filter, in the default profile's order), or None when the node fits."""
+    if node.unschedulable and not daemon:
+        return REASON_UNSCHEDULABLE
+    wanted = pod_spec.get("nodeName")
+    if wanted and wanted != node.name:
+        return REASON_NODE_NAME
+    taint = untolerated_taint(pod_spec, node)
+    if taint is not None:
+        return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
+    if not required_node_affinity_matches(pod_spec, node):
+        return REASON_AFFINITY
+    return None
+
+
+def scheduler_message(total: int, reasons: Iterable[str]) -> str:
+    """FitError.Error(): `0/3 nodes are available: 3 node(s) didn't match ...`."""
+    histogram = Counter(reasons)
+    parts = sorted(f"{count} {reason}" for reason, count in histogram.items())
+    return f"0/{total} nodes are available: {', '.join(parts)}."
+
+
+# --- workloads ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """What a workload asks the scheduler for: a pod spec, how many, with which labels."""
+
+    id: str
+    kind: str
+    namespace: str
+    spec: Mapping[str, Any]
+    labels: Mapping[str, str]
+    replicas: int
+    daemon: bool = False
+
+
+def pod_template(manifest: Mapping[str, Any]) -> PodTemplate | None:
+    """The pod template of a Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job or
+    CronJob manifest; None for other kinds."""
+    kind = str(manifest.get("kind", ""))
+    metadata = manifest.get("metadata") or {}
+    namespace = str(metadata.get("namespace") or "")
+    identity = workload_id(kind, namespace, str(metadata.get("name", "")))
+    spec = manifest.get("spec") or {}
+    if kind == "Pod":
+        return PodTemplate(identity, kind, namespace, spec, dict(metadata.get("labels") or {}), 1)
+    if kind == "CronJob":
+        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    template = spec.get("template") or {}
+    if kind in ("Deployment", "ReplicaSet", "StatefulSet"):
+        replicas = spec.get("replicas", 1)
+    elif kind in ("Job", "CronJob"):
+        replicas = spec.get("parallelism", 1)
+    elif kind == "DaemonSet":
+        replicas = 0
+    else:
+        return None
+    labels_ = dict((template.get("metadata") or {}).get("labels") or {})
+    return PodTemplate(
+        identity,
+        kind,
+        namespace,
+        template.get("spec") or {},
+        labels_,
+        int(replicas),
+        daemon=kind == "DaemonSet",
+    )
+
+
+def _spread_key(template: PodTemplate) -> str | None:
+    """The topology key of a required anti-affinity against the workload's own pods."""
+    anti = ((template.spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or ()
+    for term in anti:
+        namespaces = term.get("namespaces") or [template.namespace]
+        if template.namespace not in namespaces:
+            continue
+        try:
+            if from_label_selector(term.get("labelSelector")).matches(template.labels):
+                return str(term.get("topologyKey") or "")
+        except SelectorError:
+            continue
+    return None
+
+
+@dataclass(frozen=True)
+class Placement:
+    template: PodTemplate
+    nodes: tuple[str, ...]
+    pending: int
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.pending == 0
+
+    def line(self) -> str:
+        if not self.nodes and (self.pending or not self.template.daemon):
+            return f"{self.template.id} PENDING {self.reason}"
+        line = f"{self.template.id} {','.join(self.nodes)}"
+        if self.pending:
+            noun = "replica" if self.pending == 1 else "replicas"
+            line += f" ({self.pending} {noun} PENDING: {self.reason})"
+        return line
+
+
+def place(template: PodTemplate, nodes: Sequence[NodeView]) -> Placement:
+    """Which nodes the workload's pods can land on, and how many replicas cannot."""
+    reasons = {
+        node.name: filter_reason(template.spec, node, daemon=template.daemon) for node in nodes
+    }
+    eligible = [node for node in nodes if reasons[node.name] is None]
+    names = tuple(node.name for node in eligible)
+    if template.daemon:
+        pending = 0 if eligible else 1
+        reason = (
+            None if eligible else scheduler_message(len(nodes), [r for r in reasons.values() if r])
+        )
+        return Placement(template, names, pending, reason)
+    wanted = max(template.replicas, 0)
+    key = _spread_key(template)
+    if key is None:
+        capacity = wanted if eligible else 0
+    else:
+        domains = {node.labels.get(key, node.name if key == HOSTNAME else "") for node in eligible}
+        capacity = len(domains)
+    pending = max(0, wanted - capacity)
+    if not pending:
+        return Placement(template, names, 0)
+    # The pods that do not fit see the eligible nodes taken by their own replicas.
+    failures = [
+        REASON_ANTI_AFFINITY if reasons[n.name] is None else str(reasons[n.name]) for n in nodes
+    ]
+    return Placement(template, names, pending, scheduler_message(len(nodes), failures))
+
+
+def workloads(state: DesiredState) -> list[PodTemplate]:
+    found = [t for m in state.manifests if (t := pod_template(m.body)) is not None]
+    return sorted(found, key=lambda t: (apply_rank(t.kind), t.id))
+
+
+# --- what the API server admits but can never schedule ---------------------------------------
+
+
+def _affinity_terms(
+    spec: Mapping[str, Any],
+) -> list[tuple[tuple[str | int, ...], Mapping[str, Any]]]:
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    base: tuple[str | int, ...] = (
+        "affinity",
+        "nodeAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "nodeSelectorTerms",
+    )
+    return [
+        ((*base, i), term or {}) for i, term in enumerate(required.get("nodeSelectorTerms") or ())
+    ]
+
+
+def _spec_path(manifest: Manifest) -> tuple[str | int, ...]:
+    kind = manifest.kind
+    if kind == "Pod":
+        return ("spec",)
+    if kind == "CronJob":
+        return ("spec", "jobTemplate", "spec", "template", "spec")
+    return ("spec", "template", "spec")
+
+
+def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
+    """Affinity the API server admits but that can never (or never as meant) schedule."""
+    found: list[Diagnostic] = []
+    for manifest in state.manifests:
+        template = pod_template(manifest.body)
+        if template is None:
+            continue
+        base = _spec_path(manifest)
+        terms = _affinity_terms(template.spec)
+        identity = f'{manifest.kind} "{manifest.name}"'
+        if terms and all(_is_empty(term) for _, term in terms):
+            found.append(
+                diag.error(
+                    f"{identity}: every node selector term is empty: it can never be scheduled",
+                    manifest.at((*base, *terms[0][0])),
+                    "an empty term matches no node; give it matchExpressions",
+                )
+            )
+        for path, term in terms:
+            expressions = list(term.get("matchExpressions") or ())
+            # An Exists in the same term gates it: on the key itself, or on another key such
+            # as nvidia.com/gpu.present (the labs' any-gpu-job) that only GPU nodes carry.
+            gated = any(e.get("operator") == "Exists" for e in expressions)
+            for j, expression in enumerate(expressions):
+                where = manifest.at((*base, *path, "matchExpressions", j))
+                operator = expression.get("operator")
+                values = [str(v) for v in expression.get("values") or ()]
+                if operator in ("Gt", "Lt") and values and parse_int64(values[0]) is None:
+                    found.append(
+                        diag.error(
+                            f"{identity}: {operator} {values[0]!r} on {expression.get('key')} is not an integer: "
+                            "the API server admits it, the scheduler never matches it",
+                            where,
+                            "Gt and Lt compare labels as integers: write a whole number",
+                        )
+                    )
+                if operator == "NotIn" and not gated:
+                    found.append(
+                        diag.warning(
+                            f"{identity}: NotIn on {expression.get('key')} also matches nodes without that "
+                            "label (non-GPU nodes too)",
+                            where,
+                            f"add `{{key: {expression.get('key')}, operator: Exists}}` (or an Exists on "
+                            "nvidia.com/gpu.present) to the same term to stay on GPU nodes",
+                        )
+                    )
+    return found
+
+
+@dataclass(frozen=True)
+class RunningPod:
+    id: str
+    node: str
+    spec: Mapping[str, Any] = field(compare=False)
+
+
+def node_views(
+    live: Iterable[LiveNode], labels_by_node: Mapping[str, Mapping[str, str]] | None = None
+) -> list[NodeView]:
+    """Nodes with the given labels (default: their live ones); a node only in
+    `labels_by_node` (declared, not yet joined) is a plain schedulable node."""
+    views = []
+    live_by_name = {node.name: node for node in live}
+    names = sorted(set(live_by_name) | set(labels_by_node or {}))
+    for name in names:
+        node = live_by_name.get(name)
+        node_labels = dict(
+            (labels_by_node or {}).get(name, node.labels if node is not None else {})
+        )
+        node_labels.setdefault(HOSTNAME, name)
+        if node is None:
+            views.append(NodeView(name, node_labels))
+        else:
+            views.append(NodeView(name, node_labels, node.unschedulable, node.taints))
+    return views
+
+
+def running_pods(items: Iterable[Mapping[str, Any]]) -> list[RunningPod]:
+    """Pods bound to a node and not finished, from a LIST of pods."""
+    found = []
+    for item in items:
+        metadata = item.get("metadata") or {}
+        spec = item.get("spec") or {}
+        phase = (item.get("status") or {}).get("phase")
+        if spec.get("nodeName") and phase not in ("Succeeded", "Failed"):
+            identity = workload_id(
+                "Pod", str(metadata.get("namespace") or ""), str(metadata.get("name"))
+            )
+            found.append(RunningPod(identity, str(spec["nodeName"]), spec))
+    return found
+
+
+def impact(
+    state: DesiredState,
+    before: Sequence[NodeView],
+    after: Sequence[NodeView],
+    *,
+    unchanged: frozenset[str],
+    pods: Sequence[RunningPod] = (),
+) -> list[Finding]:
+    """What the change does to placement.
+
+    - error: a workload that will not fit after apply (no node, or fewer than its
+      replicas), unless it did not fit before either and this plan does not touch it;
+    - warning: a running pod whose node will stop matching its required affinity. It
+      keeps running (IgnoredDuringExecution), but once it restarts it has nowhere to go.
+    """
+    found: list[Finding] = []
+    for template in workloads(state):
+        then = place(template, after)
+        if then.ok:
+            continue
+        if template.id in unchanged and place(template, before).pending >= then.pending:
+            continue  # as unplaceable before as after: not this change's doing
+        if then.nodes:
+            message = f"{then.pending} of {template.replicas} replicas cannot be placed after apply: {then.reason}"
+        else:
+            message = f"no node will take it after apply: {then.reason}"
+        found.append(
+            Finding(severity="error", kind="unschedulable", subject=template.id, message=message)
+        )
+    before_by_name = {node.name: node for node in before}
+    after_by_name = {node.name: node for node in after}
+    for pod in pods:
+        then_node, now_node = after_by_name.get(pod.node), before_by_name.get(pod.node)
+        if then_node is None or now_node is None:
+            continue
+        if required_node_affinity_matches(
+            pod.spec, now_node
+        ) and not required_node_affinity_matches(pod.spec, then_node):
+            found.append(
+                Finding(
+                    severity="warning",
+                    kind="affinity-lost",
+                    subject=pod.id,
+                    message=(
+                        f"keeps running on {pod.node} (IgnoredDuringExecution), but {pod.node} will no "
+                        "longer match its required node affinity: a restart will not be placed"
+                    ),
+                )
+            )
+    return found

@@ -1,0 +1,350 @@
+"""Placement: the upstream nodeaffinity table, the scheduler's filters and words, replicas
+under anti-affinity, a brute-force cross-check, and what validate refuses offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reconcile import placement
+from reconcile.diagnostics import Severity, Source
+from reconcile.models import DesiredState, Manifest
+from reconcile.placement import NodeSelector, NodeView, PodTemplate, place, preferred_score
+
+UPSTREAM = json.loads((Path(__file__).parents[1] / "data/upstream/nodeaffinity.json").read_text())
+
+
+def _node(case_node: dict[str, Any] | None) -> NodeView | None:
+    if case_node is None:
+        return None
+    metadata = case_node.get("metadata") or {}
+    return NodeView(metadata.get("name", ""), metadata.get("labels") or {})
+
+
+def _cases(test: str) -> list[dict[str, Any]]:
+    return [c for c in UPSTREAM["cases"] if c["test"] == test]
+
+
+def _problems(found: Any) -> list[dict[str, str]]:
+    return [{"type": p.type, "field": p.field, "detail": p.detail} for p in found]
+
+
+@pytest.mark.parametrize("case", _cases("TestNodeSelectorMatch"), ids=lambda c: c["name"])
+def test_upstream_node_selector_match(case: dict[str, Any]) -> None:
+    selector = NodeSelector.parse(case["nodeSelector"])
+    if case["wantErr"]:
+        assert _problems(selector.problems) == case["wantErr"]
+        return
+    assert selector.problems == ()
+    assert selector.matches(_node(case["node"])) is case["match"]
+
+
+@pytest.mark.parametrize(
+    "case", _cases("TestPodMatchesNodeSelectorAndAffinityTerms"), ids=lambda c: c["name"]
+)
+def test_upstream_pod_matches_node_selector_and_affinity_terms(case: dict[str, Any]) -> None:
+    node = _node(case["node"])
+    assert node is not None
+    assert (
+        placement.required_node_affinity_matches(case["pod"].get("spec") or {}, node)
+        is case["match"]
+    )
+
+
+@pytest.mark.parametrize(
+    "case", _cases("TestPreferredSchedulingTermsScore"), ids=lambda c: c["name"]
+)
+def test_upstream_preferred_scheduling_terms_score(case: dict[str, Any]) -> None:
+    score, problems = preferred_score(case["preferredSchedulingTerms"], _node(case["node"]))
+    if case["wantErr"]:
+        assert _problems(problems) == case["wantErr"]
+    else:
+        assert (score, problems) == (case["wantScore"], [])
+
+
+@pytest.mark.parametrize(
+    "case", _cases("TestNodeSelectorRequirementsAsSelector"), ids=lambda c: c["name"]
+)
+def test_upstream_requirements_as_selector(case: dict[str, Any]) -> None:
+    from reconcile.placement import _requirements_as_selector
+
+    selector, problems = _requirements_as_selector(case["matchExpressions"], case["path"])
+    if case["wantErr"]:
+        assert _problems(problems) == case["wantErr"]
+    elif case["wantSelector"].get("nothing"):
+        assert (
+            selector is not None
+            and not selector.matches({})
+            and not selector.matches({"foo": "bar"})
+        )
+    else:
+        assert str(selector) == case["wantSelector"]["string"]
+
+
+# --- brute force ------------------------------------------------------------------------------
+
+KEYS = ["a.io/x", "a.io/y", "gpu"]
+VALUES = ["1", "2", "10", "v", ""]
+OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+
+
+def _reference(terms: list[list[dict[str, Any]]], labels: dict[str, str]) -> bool:
+    """The documented semantics, written out directly: terms OR-ed, expressions AND-ed."""
+
+    def integer(text: str) -> int | None:
+        body = text[1:] if text[:1] in "+-" else text
+        return int(text) if body.isdigit() and body.isascii() else None
+
+    def expression_matches(expression: dict[str, Any]) -> bool:
+        key, operator, values = (
+            expression["key"],
+            expression["operator"],
+            expression.get("values", []),
+        )
+        present = key in labels
+        if operator == "In":
+            return present and labels[key] in values
+        if operator == "NotIn":
+            return not present or labels[key] not in values
+        if operator == "Exists":
+            return present
+        if operator == "DoesNotExist":
+            return not present
+        have = integer(labels[key]) if present else None
+        want = integer(values[0])
+        if have is None or want is None:
+            return False
+        return have > want if operator == "Gt" else have < want
+
+    return any(term and all(expression_matches(e) for e in term) for term in terms)
+
+
+def _expression() -> st.SearchStrategy[dict[str, Any]]:
+    def build(key: str, operator: str, values: list[str]) -> dict[str, Any]:
+        if operator in ("Exists", "DoesNotExist"):
+            return {"key": key, "operator": operator}
+        if operator in ("Gt", "Lt"):
+            return {"key": key, "operator": operator, "values": [values[0] if values[0] else "1"]}
+        return {"key": key, "operator": operator, "values": values}
+
+    return st.builds(
+        build,
+        st.sampled_from(KEYS),
+        st.sampled_from(OPERATORS),
+        st.lists(st.sampled_from(VALUES), min_size=1, max_size=3),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    terms=st.lists(st.lists(_expression(), min_size=1, max_size=3), min_size=1, max_size=3),
+    labels=st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=3),
+)
+def test_evaluator_agrees_with_a_brute_force_reference(
+    terms: list[list[dict[str, Any]]], labels: dict[str, str]
+) -> None:
+    # A term that does not parse (Gt "v") is dropped: it matches nothing, as the reference says.
+    selector = NodeSelector.parse({"nodeSelectorTerms": [{"matchExpressions": t} for t in terms]})
+    assert selector.matches(NodeView("n", labels)) is _reference(terms, labels)
+
+
+# --- the scheduler's filters and words -------------------------------------------------------
+
+GPU = {"gpu": "true", "kubernetes.io/hostname": "n"}
+
+
+def _pod(**spec: Any) -> PodTemplate:
+    return PodTemplate("Pod/ns/p", "Pod", "ns", spec, {}, 1)
+
+
+def _affinity(*expressions: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]
+            }
+        }
+    }
+
+
+def test_pending_reason_is_the_schedulers_histogram() -> None:
+    nodes = [
+        NodeView("a", {"gpu": "true"}, unschedulable=True),
+        NodeView("b", {}),
+        NodeView(
+            "c",
+            {"gpu": "true"},
+            taints=({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},),
+        ),
+        NodeView("d", {}),
+    ]
+    result = place(_pod(affinity=_affinity({"key": "gpu", "operator": "Exists"})), nodes)
+    assert result.line() == (
+        "Pod/ns/p PENDING 0/4 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}, "
+        "1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector."
+    )
+
+
+def test_tolerations_and_the_default_not_ready_toleration() -> None:
+    tainted = NodeView(
+        "c",
+        {"gpu": "true"},
+        taints=({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},),
+    )
+    tolerating = _pod(
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    )
+    assert place(tolerating, [tainted]).nodes == ("c",)
+    no_execute = NodeView(
+        "d", {}, taints=({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},)
+    )
+    assert place(_pod(), [no_execute]).nodes == ("d",)  # admission tolerates it for 300 s
+    not_ready = NodeView(
+        "e", {}, taints=({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},)
+    )
+    assert place(_pod(), [not_ready]).nodes == ()
+    prefer = NodeView("f", {}, taints=({"key": "x", "effect": "PreferNoSchedule"},))
+    assert place(_pod(), [prefer]).nodes == ("f",)
+
+
+def test_node_selector_and_affinity_must_both_hold() -> None:
+    nodes = [NodeView("a", {"gpu": "true", "zone": "1"}), NodeView("b", {"gpu": "true"})]
+    pod = _pod(
+        nodeSelector={"zone": "1"},
+        affinity=_affinity({"key": "gpu", "operator": "In", "values": ["true"]}),
+    )
+    assert place(pod, nodes).nodes == ("a",)
+
+
+def test_an_unparseable_term_matches_nothing_but_others_still_do() -> None:
+    node = NodeView("n", {"gpu": "1"})
+    selector = NodeSelector.parse(
+        {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gpu", "operator": "Gt", "values": ["abc"]}]},
+                {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["1"]}]},
+            ]
+        }
+    )
+    assert selector.matches(node)
+    only_bad = NodeSelector.parse(
+        {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "gpu", "operator": "Gt", "values": ["abc"]}]}
+            ]
+        }
+    )
+    assert not only_bad.matches(node)
+    assert not NodeSelector.parse({"nodeSelectorTerms": [{}]}).matches(node)
+
+
+def test_required_anti_affinity_on_hostname_counts_replicas() -> None:
+    spec = {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"app": "trainer"}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+    }
+    template = PodTemplate(
+        "Deployment/gpu-drv/trainer", "Deployment", "gpu-drv", spec, {"app": "trainer"}, 4
+    )
+    nodes = [NodeView(f"n{i}", {"kubernetes.io/hostname": f"n{i}"}) for i in range(3)]
+    result = place(template, nodes)
+    assert (result.nodes, result.pending) == (("n0", "n1", "n2"), 1)
+    assert result.line() == (
+        "Deployment/gpu-drv/trainer n0,n1,n2 (1 replica PENDING: 0/3 nodes are available: "
+        "3 node(s) didn't match pod anti-affinity rules.)"
+    )
+    assert place(template, [*nodes, NodeView("n3", {"kubernetes.io/hostname": "n3"})]).ok
+    other = PodTemplate("Deployment/gpu-drv/web", "Deployment", "gpu-drv", spec, {"app": "web"}, 4)
+    assert place(other, nodes).ok  # the term selects trainer pods, not its own
+
+
+def test_pod_templates_of_every_workload_kind() -> None:
+    template = {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": []}}
+    cases = {
+        "Deployment": ({"replicas": 3, "template": template}, 3),
+        "StatefulSet": ({"template": template}, 1),
+        "Job": ({"parallelism": 2, "template": template}, 2),
+        "CronJob": ({"jobTemplate": {"spec": {"template": template}}}, 1),
+        "DaemonSet": ({"template": template}, 0),
+    }
+    for kind, (spec, replicas) in cases.items():
+        found = placement.pod_template(
+            {"kind": kind, "metadata": {"name": "w", "namespace": "n"}, "spec": spec}
+        )
+        assert found is not None and found.replicas == replicas and found.labels == {"app": "x"}, (
+            kind
+        )
+    assert placement.pod_template({"kind": "ConfigMap", "metadata": {"name": "c"}}) is None
+
+
+def _manifest(spec: dict[str, Any]) -> DesiredState:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "n"},
+        "spec": spec,
+    }
+    return DesiredState(manifests=(Manifest(body, Source("w.yaml", 1, 1)),))
+
+
+def test_validate_refuses_gt_with_a_non_integer() -> None:
+    [problem] = placement.desired_diagnostics(
+        _manifest(
+            {
+                "affinity": _affinity(
+                    {"key": "nvidia.com/cuda.driver.major", "operator": "Gt", "values": ["5x"]}
+                )
+            }
+        )
+    )
+    assert problem.severity is Severity.ERROR
+    assert problem.summary == (
+        "Pod \"p\": Gt '5x' on nvidia.com/cuda.driver.major is not an integer: the API server admits it, "
+        "the scheduler never matches it"
+    )
+
+
+def test_validate_warns_on_not_in_without_an_exists_gate() -> None:
+    [problem] = placement.desired_diagnostics(
+        _manifest(
+            {
+                "affinity": _affinity(
+                    {"key": "nvidia.com/gpu.product", "operator": "NotIn", "values": ["NVIDIA-A10"]}
+                )
+            }
+        )
+    )
+    assert problem.severity is Severity.WARNING
+    assert (
+        "NotIn on nvidia.com/gpu.product also matches nodes without that label" in problem.summary
+    )
+    gated = _affinity(
+        {"key": "nvidia.com/gpu.present", "operator": "Exists"},
+        {"key": "nvidia.com/gpu.product", "operator": "NotIn", "values": ["NVIDIA-A10"]},
+    )
+    assert placement.desired_diagnostics(_manifest({"affinity": gated})) == []
+
+
+def test_validate_refuses_a_selector_of_only_empty_terms() -> None:
+    empty: dict[str, Any] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}
+        }
+    }
+    [problem] = placement.desired_diagnostics(_manifest({"affinity": empty}))
+    assert (
+        problem.summary == 'Pod "p": every node selector term is empty: it can never be scheduled'
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import socket
 import ssl
 import threading
 import time
@@ -109,6 +110,7 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         # The TLS handshake runs here, in the connection's own thread, not in accept().
         self.request.settimeout(10)
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if isinstance(self.request, ssl.SSLSocket):
             self.request.do_handshake()
         self.request.settimeout(self.timeout)
@@ -217,8 +219,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for key, value in (headers or {}).items():
             self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
+        # Headers and body in one write: two small TLS records would meet Nagle's algorithm
+        # and the client's delayed ACK, 40 ms per request.
+        self._headers_buffer.append(b"\r\n")
+        self._headers_buffer.append(data)
+        self.wfile.write(b"".join(self._headers_buffer))
+        self._headers_buffer = []
 
     # --- dispatch ------------------------------------------------------------------------
 

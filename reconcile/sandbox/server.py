@@ -211,20 +211,18 @@ class Handler(BaseHTTPRequestHandler):
             if isinstance(payload, bytes)
             else json.dumps(payload, separators=(",", ":")).encode()
         )
-        self.send_response(
-            status, HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
-        )
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-cache, private")
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        # Headers and body in one write: two small TLS records would meet Nagle's algorithm
-        # and the client's delayed ACK, 40 ms per request.
-        self._headers_buffer.append(b"\r\n")
-        self._headers_buffer.append(data)
-        self.wfile.write(b"".join(self._headers_buffer))
-        self._headers_buffer = []
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        head = [
+            f"{self.protocol_version} {status} {phrase}",
+            f"Date: {self.date_time_string()}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(data)}",
+            "Cache-Control: no-cache, private",
+            *(f"{key}: {value}" for key, value in (headers or {}).items()),
+        ]
+        # Status line, headers and body in one write: as separate small TLS records they
+        # would meet Nagle's algorithm and the client's delayed ACK, 40 ms per request.
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
 
     # --- dispatch ------------------------------------------------------------------------
 

@@ -467,6 +467,166 @@ def placement_command(g: Globals, source: str) -> None:
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT)
 
 
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """A Go-style duration (300s, 5m, 1h30m) or plain seconds."""
+    import re
+
+    text = value.strip()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        return float(text)
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 300s, 5m, 1h30m)")
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+@main.command()
+@common_options
+@click.argument("node")
+@click.option(
+    "--driver",
+    "version",
+    required=True,
+    metavar="MAJOR.MINOR.REV",
+    help="The driver version to move to, e.g. 550.90.07.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Run the preflight and print the steps, change nothing."
+)
+@click.option(
+    "--timeout",
+    default="300s",
+    show_default=True,
+    callback=_duration,
+    help="How long evictions may take (retried every 5 s).",
+)
+@click.option(
+    "--ignore-daemonsets",
+    is_flag=True,
+    help="Leave DaemonSet pods on the node (they cannot be evicted).",
+)
+@click.option("--force", is_flag=True, help="Also evict pods that no controller recreates.")
+@click.option(
+    "--write-desired",
+    is_flag=True,
+    help="Update the node's file in desired/ to the new driver (comments and order kept).",
+)
+def upgrade(
+    g: Globals,
+    node: str,
+    version: str,
+    dry_run: bool,
+    timeout: float,
+    ignore_daemonsets: bool,
+    force: bool,
+    write_desired: bool,
+) -> None:
+    """Move one node to another driver the way the GPU Operator's upgrade controller does:
+    image in the support matrix first, budgets second, then cordon, drain through the
+    Eviction API, relabel, validate, uncordon. Each step moves the node's
+    nvidia.com/gpu-driver-upgrade-state label; an interrupted run resumes from it.
+    """
+    from reconcile import drivers
+    from reconcile.upgrade import Upgrade, UpgradeFailed
+
+    try:
+        drivers.split_driver_version(version)
+    except ValueError as e:
+        fail(str(e))
+    out = _out()
+
+    def emit(line: str) -> None:
+        out.write(line + "\n")
+        out.flush()
+
+    def note(line: str) -> None:
+        _err().write(f"note: {line}\n")
+
+    with _errors_to_exit_codes():
+        state = load_or_fail(g)
+        if not state.matrix:
+            fail(f"no support matrix in {g.desired}/drivers/: the target image cannot be checked")
+        cluster = g.connect()
+        job = Upgrade(
+            cluster,
+            node,
+            version,
+            state.matrix_tags,
+            emit,
+            note,
+            timeout=timeout,
+            ignore_daemonsets=ignore_daemonsets,
+            force=force,
+        )
+        live = cluster.get_node(node)
+        wanted = job.driver_labels()
+        if live.labels.get(drivers.UPGRADE_STATE) == "upgrade-done" and all(
+            live.labels.get(k) == v for k, v in wanted.items()
+        ):
+            note(f"{node} is already on driver {version}")
+            sys.exit(EXIT_OK)
+        start, tag, evictions = job.preflight(live)
+        note(f"preflight: driver image {tag} is in the support matrix")
+        if start > 0:
+            note(f"resuming the upgrade of {node} at {live.labels.get(drivers.UPGRADE_STATE)}")
+        if evictions:
+            note(
+                f"preflight: the budgets allow evicting {len(evictions)} pod(s): {', '.join(p.id for p in evictions)}"
+            )
+        if dry_run:
+            for line in job.planned_steps(start, tag, evictions):
+                emit(line)
+            _desired_note(state, node, wanted, write=False, note=note)
+            sys.exit(EXIT_OK)
+        try:
+            job.run(start, tag, evictions)
+        except UpgradeFailed as e:
+            fail(str(e))
+        except KeyboardInterrupt:
+            _err().write(
+                f"interrupted: {node} is at {job.state or 'its previous state'}; rerun the same command to resume\n"
+            )
+            sys.exit(EXIT_SIGINT)
+        except ReconcileError as e:
+            fail(
+                f"{e}: {node} stopped at {job.state or 'its previous state'}; rerun the same command to resume"
+            )
+        _desired_note(state, node, wanted, write=write_desired, note=note)
+    sys.exit(EXIT_OK)
+
+
+def _desired_note(
+    state: DesiredState,
+    node: str,
+    wanted: dict[str, str],
+    *,
+    write: bool,
+    note: Callable[[str], None],
+) -> None:
+    """Say when git still declares the old driver (the next apply would revert it), or fix it."""
+    from reconcile.loader import write_labels
+
+    declared = state.nodes.get(node)
+    if declared is None:
+        return
+    stale = {k: v for k, v in wanted.items() if k in declared.labels and declared.labels[k] != v}
+    if not stale:
+        return
+    where = declared.source.file
+    if write:
+        changed = write_labels(declared, stale)
+        note(f"{where}: set {', '.join(f'{k}={stale[k]}' for k in changed)}: commit it")
+        return
+    olds = ", ".join(f"{k}={declared.labels[k]}" for k in stale)
+    note(
+        f"{where} still declares {olds}: the next `reconcile apply` reverts this upgrade. "
+        "Change the file too (or rerun with --write-desired)"
+    )
+
+
 # --- GPU facts -------------------------------------------------------------------------------
 
 

@@ -285,6 +285,35 @@ class Cluster:
         }
         return dict(self.request("PATCH", path, query=query, body=body, content_type=APPLY_PATCH))
 
+    # --- pods, budgets, evictions ---------------------------------------------------------
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        """Every pod bound to `node`, all namespaces: one paginated LIST."""
+        return list(self.list_all("/api/v1/pods", fieldSelector=f"spec.nodeName={node}"))
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return dict(
+                self.request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}")
+            )
+        except NotFound:
+            return None
+
+    def budgets(self, namespace: str) -> list[dict[str, Any]]:
+        path = f"/apis/policy/v1/namespaces/{quote(namespace)}/poddisruptionbudgets"
+        return list(self.list_all(path))
+
+    def evict(self, namespace: str, name: str) -> None:
+        """policy/v1 Eviction: the API server deletes the pod only if its budgets allow
+        (TooManyRequests otherwise). Never a plain delete."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/eviction"
+        self.request("POST", path, body=body)
+
     def delete_object(self, resource: ApiResource, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFound):  # already gone is what deleting wanted
             self.request("DELETE", resource.path(namespace, quote(name)))

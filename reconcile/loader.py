@@ -663,3 +663,78 @@ def load_desired(root: Path) -> tuple[DesiredState, list[Diagnostic]]:
     loader = _Loader(root)
     state = loader.load()
     return state, sorted(loader.problems, key=diag.sort_key)
+
+
+# --- writing back: change label values in place, keeping the file as its author wrote it ----
+
+
+def _needs_quotes(value: str) -> bool:
+    """Whether a plain scalar would not read back as this string (07, 22.10, true, ...)."""
+    resolved = yaml.resolver.Resolver().resolve(ScalarNode, value, (True, False))
+    return resolved != _STR or value == "" or value != value.strip()
+
+
+def write_labels(node: DesiredNode, values: dict[str, str]) -> list[str]:
+    """Set `values` in the file that declares `node`, in place: comments, key order and
+    quoting survive (ruamel.yaml round-trip; `.env` files line by line). The keys whose
+    value changed."""
+    path = Path(node.source.file)
+    if path.suffix == ".env":
+        return _write_env(path, values)
+    from ruamel.yaml import YAML
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
+
+    editor = YAML(typ="rt")
+    editor.preserve_quotes = True
+    editor.width = 4096
+    documents = list(editor.load_all(path.read_text(encoding="utf-8")))
+    changed: list[str] = []
+    for document in documents:
+        if (
+            not isinstance(document, dict)
+            or (document.get("metadata") or {}).get("name") != node.name
+        ):
+            continue
+        labels_map = document.setdefault("labels", {})
+        for key, value in values.items():
+            old = labels_map.get(key)
+            if old == value:
+                continue
+            if isinstance(old, DoubleQuotedScalarString | SingleQuotedScalarString):
+                labels_map[key] = type(old)(value)
+            elif _needs_quotes(value):
+                labels_map[key] = DoubleQuotedScalarString(value)
+            else:
+                labels_map[key] = value
+            changed.append(key)
+    if changed:
+        buffer = io.StringIO()
+        editor.dump_all(documents, buffer)
+        path.write_text(buffer.getvalue(), encoding="utf-8")
+    return changed
+
+
+def _write_env(path: Path, values: dict[str, str]) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    changed: list[str] = []
+    seen: set[str] = set()
+    for index, line in enumerate(lines):
+        raw_key, sep, old = line.rstrip("\r\n").partition("=")
+        key = raw_key.strip()
+        full = key if "/" in key else NFD_DEFAULT_PREFIX + key
+        if not sep or full not in values or line.lstrip().startswith("#"):
+            continue
+        seen.add(full)
+        if old != values[full]:
+            ending = line[len(line.rstrip("\r\n")) :]
+            lines[index] = f"{raw_key}={values[full]}{ending}"
+            changed.append(full)
+    for key, value in values.items():
+        if key not in seen:
+            if lines and not lines[-1].endswith("\n"):
+                lines[-1] += "\n"
+            lines.append(f"{key}={value}\n")
+            changed.append(key)
+    if changed:
+        path.write_text("".join(lines), encoding="utf-8")
+    return changed

@@ -1,0 +1,443 @@
+"""One node's driver change, in the GPU Operator's order, with its failure modes checked first.
+
+Image first, budget second, then cordon, drain (through the Eviction API, never a plain
+delete), relabel, validate, uncordon. The node's `nvidia.com/gpu-driver-upgrade-state`
+label walks the documented states, one PATCH per transition, set before each step's
+action: interrupted anywhere, a rerun reads the label and resumes where it stopped, and
+every step is safe to repeat. Where it cannot go on, the node is left cordoned in
+`upgrade-failed`, which is what the operator does too.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, NoReturn, Protocol
+
+from reconcile import drivers
+from reconcile.diagnostics import ApiError, NotFound, ReconcileError, TooManyRequests
+from reconcile.kinds import workload_id
+from reconcile.models import LiveNode
+from reconcile.selector import SelectorError, from_label_selector
+
+STATE: Final = drivers.UPGRADE_STATE
+SKIP: Final = "nvidia.com/gpu-driver-upgrade.skip"
+TARGET_ANNOTATION: Final = "reconcile.dev/upgrade-target"
+CORDONED_ANNOTATION: Final = "reconcile.dev/upgrade-was-cordoned"
+
+UPGRADE_REQUIRED: Final = "upgrade-required"
+CORDON_REQUIRED: Final = "cordon-required"
+POD_DELETION_REQUIRED: Final = "pod-deletion-required"
+DRAIN_REQUIRED: Final = "drain-required"
+POD_RESTART_REQUIRED: Final = "pod-restart-required"
+VALIDATION_REQUIRED: Final = "validation-required"
+UNCORDON_REQUIRED: Final = "uncordon-required"
+UPGRADE_DONE: Final = "upgrade-done"
+UPGRADE_FAILED: Final = "upgrade-failed"
+# The documented order. reconcile drains (drain-required); pod-deletion-required is what the
+# operator uses when draining is off, and a node found in it resumes at the drain.
+STATES: Final = (
+    UPGRADE_REQUIRED,
+    CORDON_REQUIRED,
+    POD_DELETION_REQUIRED,
+    DRAIN_REQUIRED,
+    POD_RESTART_REQUIRED,
+    VALIDATION_REQUIRED,
+    UNCORDON_REQUIRED,
+    UPGRADE_DONE,
+)
+EVICTION_RETRY_SECONDS: Final = 5.0
+DELETION_POLL_SECONDS: Final = 0.5
+
+
+class UpgradeCluster(Protocol):
+    def get_node(self, name: str) -> LiveNode: ...
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode: ...
+
+    def pods_on(self, node: str) -> list[dict[str, Any]]: ...
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
+    def budgets(self, namespace: str) -> list[dict[str, Any]]: ...
+
+    def evict(self, namespace: str, name: str) -> None: ...
+
+
+class UpgradeRefused(ReconcileError):
+    """Preflight said no: nothing was written."""
+
+
+class UpgradeFailed(ReconcileError):
+    """A step could not finish; the node is where the state label says."""
+
+
+@dataclass(frozen=True)
+class PodToEvict:
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    ready: bool
+
+    @property
+    def id(self) -> str:
+        return workload_id("Pod", self.namespace, self.name)
+
+
+def _is_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _controller(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    owners = (pod.get("metadata") or {}).get("ownerReferences") or ()
+    return next((o for o in owners if o.get("controller")), None)
+
+
+def pods_to_evict(
+    pods: list[dict[str, Any]], *, ignore_daemonsets: bool, force: bool
+) -> list[PodToEvict]:
+    """The pods a drain evicts, with kubectl drain's refusals: DaemonSet pods need
+    --ignore-daemonsets (and are then left alone), pods no controller recreates --force."""
+    found: list[PodToEvict] = []
+    refused: list[str] = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        identity = workload_id("Pod", str(metadata.get("namespace")), str(metadata.get("name")))
+        if phase in ("Succeeded", "Failed"):
+            continue  # finished: nothing to move
+        if "kubernetes.io/config.mirror" in (metadata.get("annotations") or {}):
+            continue  # a static pod's mirror: the kubelet owns it
+        owner = _controller(pod)
+        if owner is not None and owner.get("kind") == "DaemonSet":
+            if not ignore_daemonsets:
+                refused.append(f"{identity} is managed by a DaemonSet (use --ignore-daemonsets)")
+            continue
+        if owner is None and not force:
+            refused.append(
+                f"{identity} has no controller to recreate it (use --force to evict it anyway)"
+            )
+            continue
+        found.append(
+            PodToEvict(
+                str(metadata.get("namespace")),
+                str(metadata.get("name")),
+                str(metadata.get("uid") or ""),
+                dict(metadata.get("labels") or {}),
+                _is_ready(pod),
+            )
+        )
+    if refused:
+        raise UpgradeRefused("cannot drain: " + "; ".join(refused))
+    return found
+
+
+def _spec_summary(spec: Mapping[str, Any]) -> str:
+    if spec.get("minAvailable") is not None:
+        return f"minAvailable {spec['minAvailable']}"
+    if spec.get("maxUnavailable") is not None:
+        return f"maxUnavailable {spec['maxUnavailable']}"
+    return "no minAvailable or maxUnavailable"
+
+
+def _suggestion(budget: Mapping[str, Any], shortfall: int) -> str:
+    spec = budget.get("spec") or {}
+    metadata = budget.get("metadata") or {}
+    name, namespace = metadata.get("name"), metadata.get("namespace")
+    minimum, maximum = spec.get("minAvailable"), spec.get("maxUnavailable")
+    if isinstance(minimum, int):
+        field_, value = "minAvailable", max(0, minimum - shortfall)
+    elif isinstance(maximum, int):
+        field_, value = "maxUnavailable", maximum + shortfall
+    else:
+        return f"allow {shortfall} more disruption(s) in its spec, or add healthy replicas first"
+    patch = f'{{"spec":{{"{field_}":{value}}}}}'
+    return (
+        f"set {field_} to {value} (kubectl patch pdb {name} -n {namespace} --type=merge -p '{patch}'), "
+        "or add healthy replicas first"
+    )
+
+
+def budget_blockers(
+    evictions: list[PodToEvict], budgets_by_namespace: Mapping[str, list[dict[str, Any]]], node: str
+) -> list[str]:
+    """Budgets that would refuse an eviction before the node is empty, each named with
+    its spec, healthy count and what change would let the drain pass."""
+    needed: dict[tuple[str, str], int] = {}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    problems: list[str] = []
+    for pod in evictions:
+        matching = []
+        for budget in budgets_by_namespace.get(pod.namespace, []):
+            try:
+                if from_label_selector((budget.get("spec") or {}).get("selector")).matches(
+                    pod.labels
+                ):
+                    matching.append(budget)
+            except SelectorError:
+                continue
+        if len(matching) > 1:
+            names = ", ".join(str(b["metadata"]["name"]) for b in matching)
+            problems.append(
+                f"{pod.id} is selected by more than one PodDisruptionBudget ({names}): the Eviction API refuses it"
+            )
+            continue
+        if matching:
+            budget = matching[0]
+            key = (pod.namespace, str(budget["metadata"]["name"]))
+            found[key] = budget
+            status = budget.get("status") or {}
+            healthy_enough = status.get("currentHealthy", 0) >= status.get("desiredHealthy", 0)
+            unhealthy_free = not pod.ready and (
+                (budget.get("spec") or {}).get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
+                or healthy_enough
+            )
+            if not unhealthy_free:
+                needed[key] = needed.get(key, 0) + 1
+    for key, count in sorted(needed.items()):
+        budget = found[key]
+        status = budget.get("status") or {}
+        allowed = int(status.get("disruptionsAllowed", 0))
+        if count <= allowed:
+            continue
+        problems.append(
+            f"PodDisruptionBudget {key[0]}/{key[1]} blocks the drain of {node}: "
+            f"{_spec_summary(budget.get('spec') or {})}, {status.get('currentHealthy', 0)} healthy "
+            f"(disruptionsAllowed {allowed}), and the drain must evict {count} of its pods: "
+            + _suggestion(budget, count - allowed)
+        )
+    return problems
+
+
+@dataclass
+class Upgrade:
+    """One node's driver upgrade. `emit` receives each step as it happens."""
+
+    cluster: UpgradeCluster
+    node: str
+    version: str
+    matrix: frozenset[str]
+    emit: Callable[[str], None]
+    note: Callable[[str], None]
+    timeout: float = 300.0
+    ignore_daemonsets: bool = False
+    force: bool = False
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+    state: str | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.major, self.minor, self.rev = drivers.split_driver_version(self.version)
+
+    # --- preflight --------------------------------------------------------------------
+
+    def start_index(self, live: LiveNode) -> int:
+        """Where to begin: the state label of an interrupted run, or the start."""
+        state = live.labels.get(STATE)
+        if state in STATES and state != UPGRADE_DONE:
+            index = STATES.index(state)
+            return STATES.index(DRAIN_REQUIRED) if state == POD_DELETION_REQUIRED else index
+        return 0
+
+    def preflight(self, live: LiveNode) -> tuple[int, str, list[PodToEvict]]:
+        """Refuse before any write, or (start index, target tag, pods to evict)."""
+        if live.labels.get(SKIP) == "true":
+            raise UpgradeRefused(f"{self.node} is labelled {SKIP}=true: the upgrade skips it")
+        start = self.start_index(live)
+        in_progress = live.annotations.get(TARGET_ANNOTATION)
+        if start > 0 and in_progress and in_progress != self.version:
+            raise UpgradeRefused(
+                f"{self.node} is at {live.labels.get(STATE)} of an upgrade to {in_progress}: rerun with "
+                f"--driver {in_progress} to finish it, or label it {STATE}={UPGRADE_REQUIRED} to start over"
+            )
+        labels = {**live.labels, drivers.DRIVER_MAJOR: self.major}
+        try:
+            tag = drivers.node_tag(self.node, labels)
+        except drivers.TagError as e:
+            raise UpgradeRefused(str(e)) from None
+        if tag not in self.matrix:
+            kernel = labels[drivers.KERNEL]
+            os_tag = labels[drivers.OS_ID] + labels[drivers.OS_VERSION]
+            raise UpgradeRefused(
+                f"driver image {tag} is not in the support matrix: build and push it, then add the row "
+                f"`{self.major},{kernel},{os_tag}` to desired/drivers/ (nothing was changed)"
+            )
+        evictions: list[PodToEvict] = []
+        if start <= STATES.index(DRAIN_REQUIRED):
+            pods = self.cluster.pods_on(self.node)
+            evictions = pods_to_evict(
+                pods, ignore_daemonsets=self.ignore_daemonsets, force=self.force
+            )
+            namespaces = sorted({p.namespace for p in evictions})
+            budgets = {ns: self.cluster.budgets(ns) for ns in namespaces}
+            blockers = budget_blockers(evictions, budgets, self.node)
+            if blockers:
+                raise UpgradeRefused("; ".join(blockers) + " (nothing was changed)")
+        return start, tag, evictions
+
+    # --- the steps --------------------------------------------------------------------
+
+    def _set_state(self, live: LiveNode, state: str, **annotations: str | None) -> LiveNode:
+        if live.labels.get(STATE) == state and not annotations:
+            self.state = state
+            return live
+        patch: dict[str, Any] = {"metadata": {"labels": {STATE: state}}}
+        if annotations:
+            patch["metadata"]["annotations"] = annotations
+        live = self.cluster.patch_node(self.node, patch)
+        self.state = state
+        self.emit(f"{self.node} {STATE} {state}")
+        return live
+
+    def _cordon(self, live: LiveNode, cordoned: bool) -> LiveNode:
+        if live.unschedulable == cordoned:
+            return live
+        live = self.cluster.patch_node(
+            self.node, {"spec": {"unschedulable": True if cordoned else None}}
+        )
+        self.emit(f"{self.node} spec.unschedulable {'true' if cordoned else 'false'}")
+        return live
+
+    def planned_steps(self, start: int, tag: str, evictions: list[PodToEvict]) -> list[str]:
+        """What `run` would print, for --dry-run."""
+        steps = []
+        for state in STATES[start:]:
+            if state == POD_DELETION_REQUIRED:
+                continue
+            steps.append(f"{self.node} {STATE} {state}")
+            if state == CORDON_REQUIRED:
+                steps.append(f"{self.node} spec.unschedulable true")
+            elif state == DRAIN_REQUIRED:
+                steps.extend(f"{pod.id} evicted" for pod in evictions)
+            elif state == POD_RESTART_REQUIRED:
+                steps.extend(
+                    f"{self.node} {key} {value}" for key, value in self.driver_labels().items()
+                )
+            elif state == VALIDATION_REQUIRED:
+                steps.append(f"{self.node} driver-image {tag} OK")
+            elif state == UNCORDON_REQUIRED:
+                steps.append(
+                    f"{self.node} spec.unschedulable false (unless it was cordoned before)"
+                )
+        return steps
+
+    def driver_labels(self) -> dict[str, str]:
+        return {
+            drivers.DRIVER_MAJOR: self.major,
+            drivers.DRIVER_MINOR: self.minor,
+            drivers.DRIVER_REV: self.rev,
+        }
+
+    def run(self, start: int, tag: str, evictions: list[PodToEvict]) -> None:
+        live = self.cluster.get_node(self.node)
+        if start == 0:
+            # After an upgrade-failed the node is cordoned by that attempt: what it was
+            # before is what that attempt recorded.
+            cordoned = live.annotations.get(CORDONED_ANNOTATION) or (
+                "true" if live.unschedulable else "false"
+            )
+            live = self._set_state(
+                live,
+                UPGRADE_REQUIRED,
+                **{TARGET_ANNOTATION: self.version, CORDONED_ANNOTATION: cordoned},
+            )
+        for state in STATES[max(start, 1) :]:
+            if state == POD_DELETION_REQUIRED:
+                continue  # reconcile drains the node: the operator's drain-required path
+            live = self._set_state(live, state)
+            if state == CORDON_REQUIRED:
+                live = self._cordon(live, True)
+            elif state == DRAIN_REQUIRED:
+                self._drain(evictions)
+            elif state == POD_RESTART_REQUIRED:
+                live = self._relabel(live)
+            elif state == VALIDATION_REQUIRED:
+                self._validate(tag)
+            elif state == UNCORDON_REQUIRED:
+                was_cordoned = live.annotations.get(CORDONED_ANNOTATION) == "true"
+                if was_cordoned:
+                    self.note(
+                        f"{self.node} stays cordoned: it was cordoned before the upgrade began"
+                    )
+                live = self._cordon(live, was_cordoned)
+            elif state == UPGRADE_DONE:
+                live = self.cluster.patch_node(
+                    self.node,
+                    {
+                        "metadata": {
+                            "annotations": {TARGET_ANNOTATION: None, CORDONED_ANNOTATION: None}
+                        }
+                    },
+                )
+
+    def _relabel(self, live: LiveNode) -> LiveNode:
+        wanted = self.driver_labels()
+        changed = {k: v for k, v in wanted.items() if live.labels.get(k) != v}
+        if changed:
+            live = self.cluster.patch_node(self.node, {"metadata": {"labels": changed}})
+        for key, value in wanted.items():
+            self.emit(f"{self.node} {key} {value}")
+        return live
+
+    def _validate(self, tag: str) -> None:
+        live = self.cluster.get_node(self.node)
+        coverage = drivers.coverage([(self.node, live.labels)], self.matrix)
+        if not coverage or coverage[0].tag != tag or not coverage[0].covered:
+            found = coverage[0].tag if coverage else "(not a GPU node)"
+            self._fail(
+                f"validation: {self.node} now needs driver image {found}, expected {tag} in the matrix"
+            )
+        self.emit(f"{self.node} driver-image {tag} OK")
+
+    def _fail(self, reason: str) -> NoReturn:
+        try:
+            self.cluster.patch_node(self.node, {"metadata": {"labels": {STATE: UPGRADE_FAILED}}})
+            self.emit(f"{self.node} {STATE} {UPGRADE_FAILED}")
+            self.state = UPGRADE_FAILED
+        finally:
+            raise UpgradeFailed(
+                f"{reason}; {self.node} is left cordoned in {UPGRADE_FAILED}: fix the cause, then rerun "
+                "(or label it upgrade-required)"
+            )
+
+    def _drain(self, evictions: list[PodToEvict]) -> None:
+        deadline = self.clock() + self.timeout
+        for pod in evictions:
+            self._evict(pod, deadline)
+        for pod in evictions:
+            self._wait_gone(pod, deadline)
+
+    def _evict(self, pod: PodToEvict, deadline: float) -> None:
+        while True:
+            try:
+                self.cluster.evict(pod.namespace, pod.name)
+            except NotFound:
+                return  # gone already
+            except TooManyRequests as e:
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    causes = "; ".join(
+                        str(c.get("message", "")) for c in e.causes if c.get("message")
+                    )
+                    self._fail(
+                        f"timed out after {self.timeout:g}s evicting {pod.id}: {e.message}"
+                        + (f" ({causes})" if causes else "")
+                    )
+                self.sleep(min(EVICTION_RETRY_SECONDS, remaining))
+                continue
+            except ApiError as e:
+                self._fail(f"evicting {pod.id}: {e.message or e}")
+            self.emit(f"{pod.id} evicted")
+            return
+
+    def _wait_gone(self, pod: PodToEvict, deadline: float) -> None:
+        while True:
+            found = self.cluster.get_pod(pod.namespace, pod.name)
+            if found is None or str((found.get("metadata") or {}).get("uid")) != pod.uid:
+                return
+            if self.clock() >= deadline:
+                self._fail(f"timed out after {self.timeout:g}s waiting for {pod.id} to terminate")
+            self.sleep(DELETION_POLL_SECONDS)

@@ -13,6 +13,7 @@ A change counts as applied only when the object the server returns carries it.
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -58,6 +59,9 @@ class ApplyResult:
     objects: tuple[ObjectResult, ...] = ()
     # Objects the API server would reject: when any, nothing at all was written.
     rejected: tuple[str, ...] = field(default_factory=tuple)
+    # Nodes not started because the run was told to stop.
+    skipped: tuple[str, ...] = field(default_factory=tuple)
+    retries: int = 0
 
     @property
     def failed(self) -> tuple[NodeResult, ...]:
@@ -69,7 +73,9 @@ class ApplyResult:
 
     @property
     def ok(self) -> bool:
-        return not (self.failed or self.missingNodes or self.failed_objects or self.rejected)
+        return not (
+            self.failed or self.missingNodes or self.failed_objects or self.rejected or self.skipped
+        )
 
     def lines(self) -> Iterable[tuple[str, LabelChange]]:
         for node in self.nodes:
@@ -117,27 +123,42 @@ def apply_plan(
     desired: DesiredState | None = None,
     parallel: int = 1,
     allow_missing_image: bool = False,
+    should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ApplyResult:
-    """Apply every node of `plan`. With `desired`, a conflicting node is re-planned;
-    without it (a saved plan) a conflict stops that node as stale."""
+    """Apply every node of `plan`, at most `parallel` at a time. With `desired`, a
+    conflicting node is re-planned; without it (a saved plan) a node that moved is stale.
+    Once `should_stop()` says so, nodes not yet started are left for the next run."""
+    done = [0]
+    lock = threading.Lock()
 
-    def one(node_plan: NodePlan) -> NodeResult:
+    def one(node_plan: NodePlan) -> NodeResult | None:
+        if should_stop():
+            return None  # not started: the next run picks it up
         refused = refusal(node_plan, allow_missing_image=allow_missing_image)
         if refused is not None:
-            return refused
-        if desired is None:
-            return _apply_saved(node_plan, cluster)
-        want = desired.nodes[node_plan.name]
-        return _apply_fresh(
-            node_plan,
-            cluster,
-            lambda live: plan_node(want, live, prune=plan.prune, matrix=desired.matrix_tags),
-            allow_missing_image=allow_missing_image,
-        )
+            result = refused
+        elif desired is None:
+            result = _apply_saved(node_plan, cluster)
+        else:
+            want = desired.nodes[node_plan.name]
+            result = _apply_fresh(
+                node_plan,
+                cluster,
+                lambda live: plan_node(want, live, prune=plan.prune, matrix=desired.matrix_tags),
+                allow_missing_image=allow_missing_image,
+            )
+        if progress is not None:
+            with lock:
+                done[0] += 1
+                progress(done[0], len(plan.nodes))
+        return result
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-        results = list(pool.map(one, plan.nodes))
-    return ApplyResult(nodes=tuple(results), missingNodes=plan.missingNodes)
+        outcomes = list(pool.map(one, plan.nodes))
+    results = tuple(r for r in outcomes if r is not None)
+    skipped = tuple(n.name for n, r in zip(plan.nodes, outcomes, strict=True) if r is None)
+    return ApplyResult(nodes=results, missingNodes=plan.missingNodes, skipped=skipped)
 
 
 def _confirmed(node_plan: NodePlan, returned: LiveNode, conflicts: int) -> NodeResult:
@@ -157,6 +178,14 @@ def _apply_saved(node_plan: NodePlan, cluster: NodeWriter) -> NodeResult:
     try:
         returned = cluster.patch_node(node_plan.name, node_plan.patch())
     except Conflict:
+        # Either someone else wrote the node, or our own write went through and its answer
+        # was lost (the retry then meets the new resourceVersion). Only the node can tell.
+        try:
+            live = cluster.get_node(node_plan.name)
+        except ReconcileError as e:
+            return NodeResult(node_plan.name, error=str(e))
+        if not node_plan.converged(live):
+            return NodeResult(node_plan.name, applied=node_plan.changes, conflicts=1)
         return NodeResult(
             node_plan.name,
             error="plan is stale: the node changed after the plan was made; nothing applied to it",
@@ -175,6 +204,7 @@ def _apply_fresh(
 ) -> NodeResult:
     current: NodePlan | None = node_plan
     conflicts = 0
+    live: LiveNode | None = None
     while current is not None:
         refused = refusal(current, allow_missing_image=allow_missing_image)
         if refused is not None:
@@ -190,15 +220,19 @@ def _apply_fresh(
                     conflicts=conflicts,
                 )
             try:
-                current = replan(cluster.get_node(current.name))
+                live = cluster.get_node(current.name)
             except ReconcileError as e:
                 return NodeResult(node_plan.name, error=str(e), conflicts=conflicts)
+            current = replan(live)
             continue
         except ReconcileError as e:
             return NodeResult(node_plan.name, error=str(e), conflicts=conflicts)
         return _confirmed(current, returned, conflicts)
-    # Another writer made the node match while we were retrying: nothing left to do.
-    return NodeResult(node_plan.name, conflicts=conflicts)
+    # The node matches now: another writer got there, or a write of ours whose answer was
+    # lost. What was drift when planned and is in place now changed during this run.
+    assert live is not None
+    in_place = tuple(c for c in node_plan.changes if live.labels.get(c.key) == c.after)
+    return NodeResult(node_plan.name, applied=in_place, conflicts=conflicts)
 
 
 # --- workload objects --------------------------------------------------------------------
@@ -259,10 +293,18 @@ def preflight_objects(plan: Plan, cluster: ObjectCluster, *, saved: bool) -> lis
     return problems
 
 
-def apply_objects(plan: Plan, cluster: ObjectCluster, *, saved: bool) -> tuple[ObjectResult, ...]:
+def apply_objects(
+    plan: Plan,
+    cluster: ObjectCluster,
+    *,
+    saved: bool,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> tuple[ObjectResult, ...]:
     """Apply creates and updates in kind order, then prunes in reverse; then the inventory."""
-    results = []
+    results: list[ObjectResult] = []
     for obj in plan.objects:
+        if should_stop():
+            return tuple(results)  # the rest, and the inventory, wait for the next run
         try:
             if obj.action in ("prune", "recreate"):
                 cluster.delete_object(obj.resource, obj.namespace, obj.name)

@@ -8,12 +8,15 @@ talk to a cluster, so `validate`, `sanitize` and `schemas` start fast.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
 
 import click
@@ -41,11 +44,31 @@ class Globals:
     kubeconfig: str | None
     context: str | None
     output: Format
+    request_timeout: float = 30.0
 
-    def connect(self) -> Cluster:
+    def connect(self, timeout: float | None = None) -> Cluster:
+        """The cluster; transient failures are retried until `timeout` (overall) runs out."""
         from reconcile.cluster import Cluster
 
-        return Cluster.connect(self.kubeconfig, self.context)
+        return Cluster.connect(
+            self.kubeconfig, self.context, request_timeout=self.request_timeout, timeout=timeout
+        )
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """A Go-style duration (300s, 5m, 1h30m) or plain seconds."""
+    import re
+
+    text = value.strip()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        return float(text)
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 300s, 5m, 1h30m)")
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
 def common_options(command: F) -> F:
@@ -72,6 +95,14 @@ def common_options(command: F) -> F:
         show_default=True,
         help="Output format.",
     )
+    @click.option(
+        "--request-timeout",
+        default="30s",
+        show_default=True,
+        callback=_duration,
+        metavar="DURATION",
+        help="Longest wait for one API request.",
+    )
     @functools.wraps(command)
     def wrapper(
         *args: Any,
@@ -79,12 +110,44 @@ def common_options(command: F) -> F:
         kubeconfig: str | None,
         context: str | None,
         output: str,
+        request_timeout: float,
         **kwargs: Any,
     ) -> Any:
-        g = Globals(desired, kubeconfig, context, Format(output))
+        g = Globals(desired, kubeconfig, context, Format(output), request_timeout)
         return command(*args, g=g, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def _stoppable() -> Iterator[list[int]]:
+    """While applying, SIGINT and SIGTERM only ask to stop: requests in flight finish,
+    nothing new starts, and what was applied is still reported. The list receives the
+    signal's number. (The handler just appends: a lock taken in a handler can deadlock.)"""
+    received: list[int] = []
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        received.append(number)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _progress_bar(noun: str) -> Callable[[int, int], None] | None:
+    """A one-line counter on stderr, when stderr is a terminal."""
+    err = sys.stderr
+    if not err.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        err.write(f"\rapplying: {done}/{total} {noun}" + ("\n" if done == total else ""))
+        err.flush()
+
+    return show
 
 
 def _out() -> TextIO:
@@ -205,6 +268,14 @@ def _full_plan(
 
 def _object_options(command: F) -> F:
     command = click.option(
+        "--timeout",
+        default="5m",
+        show_default=True,
+        callback=_duration,
+        metavar="DURATION",
+        help="Overall bound: transient failures (429, 5xx, dropped connections) are retried until then.",
+    )(command)
+    command = click.option(
         "--recreate",
         is_flag=True,
         help="Delete and create objects whose changed fields cannot be updated in place.",
@@ -238,6 +309,7 @@ def plan(
     show_owner: bool,
     force_conflicts: bool,
     recreate: bool,
+    timeout: float,
 ) -> None:
     """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`
     (and `<kind>/<namespace>/<name> <field> <value>` for workload objects)."""
@@ -245,7 +317,7 @@ def plan(
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)
-        cluster = g.connect()
+        cluster = g.connect(timeout)
         the_plan = _full_plan(
             g, cluster, state, prune=prune, force=force_conflicts, recreate=recreate
         )
@@ -273,9 +345,9 @@ def plan(
 @click.option(
     "--parallel",
     type=click.IntRange(1, 64),
-    default=4,
+    default=8,
     show_default=True,
-    help="Nodes written at once.",
+    help="Nodes written at once: never more requests than this in flight.",
 )
 @_object_options
 def apply(
@@ -286,6 +358,7 @@ def apply(
     parallel: int,
     force_conflicts: bool,
     recreate: bool,
+    timeout: float,
 ) -> None:
     """Fix the drift: one PATCH per drifted node, then server-side apply of the workload
     objects in kind order. Prints exactly the lines it changed.
@@ -315,31 +388,47 @@ def apply(
                     "--prune, --recreate and --force-conflicts are decided when planning: use `reconcile plan ... --out FILE`"
                 )
             the_plan = Plan.load(plan_file)
-            cluster = g.connect()
+            cluster = g.connect(timeout)
             check_fresh(the_plan, cluster.list_nodes())
             check_objects_fresh(the_plan, cluster)
         else:
             state = load_or_fail(g)
-            cluster = g.connect()
+            cluster = g.connect(timeout)
             the_plan = _full_plan(
                 g, cluster, state, prune=prune, force=force_conflicts, recreate=recreate
             )
         rejected = [f"{f.subject}: {f.message}" for f in rejections(the_plan.findings)]
         if not rejected and plan_file is not None:
             rejected = preflight_objects(the_plan, cluster, saved=True)
+        stopped: list[int] = []
         if rejected:
             result = ApplyResult(rejected=tuple(rejected))
         else:
-            result = apply_plan(
-                the_plan,
-                cluster,
-                desired=state,
-                parallel=parallel,
-                allow_missing_image=allow_missing_image,
-            )
-            objects = apply_objects(the_plan, cluster, saved=plan_file is not None)
-            result = ApplyResult(result.nodes, result.missingNodes, objects)
+            with _stoppable() as stopped:
+                nodes = apply_plan(
+                    the_plan,
+                    cluster,
+                    desired=state,
+                    parallel=parallel,
+                    allow_missing_image=allow_missing_image,
+                    should_stop=lambda: bool(stopped),
+                    progress=_progress_bar("nodes"),
+                )
+                objects = apply_objects(
+                    the_plan,
+                    cluster,
+                    saved=plan_file is not None,
+                    should_stop=lambda: bool(stopped),
+                )
+            result = dataclasses.replace(nodes, objects=objects, retries=cluster.retries)
         render_apply(result, g.output, _out(), _err())
+        if stopped:
+            signum = stopped[0]
+            _err().write(
+                f"interrupted: what was applied is printed above; {len(result.skipped)} node(s) and the "
+                "objects after them were not started: run apply again to finish\n"
+            )
+            sys.exit(128 + signum)
     sys.exit(EXIT_OK if result.ok else EXIT_ERROR)
 
 
@@ -400,8 +489,30 @@ def schemas(g: Globals, directory: Path, check: bool) -> None:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Where to write a kubeconfig for it.",
 )
+@click.option(
+    "--fault-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Answer this share of requests with a fault (500, 503, 429, 409, dropped).",
+)
+@click.option("--fault-seed", type=int, help="Seed the faults, to replay a run.")
+@click.option(
+    "--fault-retry-after",
+    type=click.IntRange(0, 60),
+    default=1,
+    show_default=True,
+    help="Retry-After seconds of injected 429s.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def sandbox(seed: str, port: int, kubeconfig_out: Path | None, command: tuple[str, ...]) -> None:
+def sandbox(
+    seed: str,
+    port: int,
+    kubeconfig_out: Path | None,
+    fault_rate: float,
+    fault_seed: int | None,
+    fault_retry_after: int,
+    command: tuple[str, ...],
+) -> None:
     """Serve a Kubernetes-compatible API on 127.0.0.1 until SIGINT/SIGTERM.
 
     \b
@@ -413,7 +524,14 @@ def sandbox(seed: str, port: int, kubeconfig_out: Path | None, command: tuple[st
 
     with _errors_to_exit_codes():
         code = run(
-            seed=seed, port=port, kubeconfig_out=kubeconfig_out, command=list(command), err=_err()
+            seed=seed,
+            port=port,
+            kubeconfig_out=kubeconfig_out,
+            command=list(command),
+            err=_err(),
+            fault_rate=fault_rate,
+            fault_seed=fault_seed,
+            fault_retry_after=fault_retry_after,
         )
     sys.exit(code)
 
@@ -465,22 +583,6 @@ def placement_command(g: Globals, source: str) -> None:
     else:
         _out().writelines(r.line() + "\n" for r in results)
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT)
-
-
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def _duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    """A Go-style duration (300s, 5m, 1h30m) or plain seconds."""
-    import re
-
-    text = value.strip()
-    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
-        return float(text)
-    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise click.BadParameter(f"{value!r} is not a duration (e.g. 300s, 5m, 1h30m)")
-    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
 @main.command()

@@ -14,7 +14,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
+import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
@@ -33,6 +37,7 @@ from reconcile.diagnostics import (
     Conflict,
     Invalid,
     NotFound,
+    ReconcileError,
     TooManyRequests,
 )
 from reconcile.models import ApiResource, LiveNode
@@ -77,6 +82,10 @@ def translate(error: ApiException) -> ApiError:
     return _ERRORS.get(status, ApiError)(status, reason, message, causes, retry_after)
 
 
+class ConnectFailed(ClusterUnreachable):
+    """No connection at all (refused, unreachable): likely a wrong address, retried little."""
+
+
 def _call(fn: Callable[[], T]) -> T:
     try:
         return fn()
@@ -85,7 +94,47 @@ def _call(fn: Callable[[], T]) -> T:
             raise ClusterUnreachable(f"API request failed: {e.reason}") from None
         raise translate(e) from None
     except urllib3.exceptions.HTTPError as e:
-        raise ClusterUnreachable(_describe_transport_error(e)) from None
+        reason = getattr(e, "reason", None) or e
+        kind = (
+            ConnectFailed
+            if isinstance(reason, urllib3.exceptions.NewConnectionError)
+            else ClusterUnreachable
+        )
+        raise kind(_describe_transport_error(e)) from None
+
+
+# Answers worth another try: the server is busy, restarting or briefly unwell.
+TRANSIENT_STATUS: Final = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter, bounded by attempts and the overall deadline."""
+
+    attempts: int = 10
+    connect_attempts: int = 3
+    base: float = 0.1
+    cap: float = 2.0
+
+    def delay(self, error: ReconcileError, attempt: int, remaining: float | None) -> float | None:
+        """Seconds to wait before the next try, or None when the error is final."""
+        if isinstance(error, ConnectFailed):
+            if attempt + 1 >= self.connect_attempts:
+                return None
+        elif isinstance(error, ClusterUnreachable):
+            pass
+        elif not isinstance(error, ApiError) or error.status not in TRANSIENT_STATUS:
+            return None
+        elif any(c.get("reason") == "DisruptionBudget" for c in error.causes):
+            return None  # a budget refusing an eviction: the caller decides when to retry
+        if attempt + 1 >= self.attempts:
+            return None
+        wait = random.uniform(0, min(self.cap, self.base * 2**attempt))
+        if isinstance(error, ApiError) and error.retry_after is not None:
+            wait = error.retry_after  # the server said when
+        if remaining is not None and wait >= remaining:
+            return None
+        return wait
 
 
 def _describe_transport_error(error: urllib3.exceptions.HTTPError) -> str:
@@ -133,9 +182,20 @@ class Cluster:
     classes would cost most of a second of start-up to import, for no gain.
     """
 
-    def __init__(self, api_client: ApiClient, *, request_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        api_client: ApiClient,
+        *,
+        request_timeout: float | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
         self.api_client = api_client
         self.request_timeout = request_timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.retry = retry or RetryPolicy()
+        self.retries = 0  # transient failures tried again, for reports
+        self._lock = threading.Lock()
 
     @classmethod
     def connect(
@@ -144,6 +204,7 @@ class Cluster:
         context: str | None = None,
         *,
         request_timeout: float | None = 30.0,
+        timeout: float | None = None,
     ) -> Cluster:
         """Credentials as kubectl finds them: --kubeconfig, $KUBECONFIG (several files
         joined by ':'), ~/.kube/config, and in a pod the service account."""
@@ -174,7 +235,7 @@ class Cluster:
         configuration.retries = False  # retries are decided by reconcile, not urllib3
         api_client = ApiClient(configuration)
         api_client.user_agent = USER_AGENT
-        return cls(api_client, request_timeout=request_timeout)
+        return cls(api_client, request_timeout=request_timeout, timeout=timeout)
 
     @property
     def server(self) -> str:
@@ -210,14 +271,40 @@ class Cluster:
 
         def send() -> Any:
             response = self.api_client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=self.request_timeout
+                method, url, header_params=headers, body=body, _request_timeout=self._timeout()
             )
             response.read()
             if not 200 <= response.status <= 299:
                 raise ApiException.from_response(http_resp=response, body=None, data=None)
             return json.loads(response.data) if response.data else None
 
-        return _call(send)
+        # Every write reconcile makes is safe to repeat: node patches carry a resourceVersion
+        # precondition (a write whose answer was lost comes back 409 and is re-planned),
+        # server-side apply and merge patches of our own labels are idempotent, and a
+        # repeated eviction or delete finds the pod gone.
+        attempt = 0
+        while True:
+            try:
+                return _call(send)
+            except ReconcileError as error:
+                wait = self.retry.delay(error, attempt, self._remaining())
+                if wait is None:
+                    raise
+                with self._lock:
+                    self.retries += 1
+                time.sleep(wait)
+                attempt += 1
+
+    def _remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def _timeout(self) -> float | None:
+        remaining = self._remaining()
+        if remaining is None:
+            return self.request_timeout
+        if remaining <= 0:
+            raise ClusterUnreachable("the overall --timeout ran out")
+        return min(self.request_timeout or remaining, remaining)
 
     def list_all(
         self, path: str, *, page_size: int = PAGE_SIZE, **query: Any

@@ -229,6 +229,8 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
                     for o in result.objects
                 ],
                 "rejected": list(result.rejected),
+                "skipped": list(result.skipped),
+                "retries": result.retries,
                 "missingNodes": [m.model_dump(mode="json") for m in result.missingNodes],
                 "conflicts": sum(n.conflicts for n in result.nodes),
             },

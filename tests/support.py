@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -67,7 +68,32 @@ def run_cli(
         input=stdin,
         check=False,
     )
-    return CliResult(completed.returncode, completed.stdout, completed.stderr)
+    result = CliResult(completed.returncode, completed.stdout, completed.stderr)
+    assert_no_credentials(
+        result.stdout + result.stderr, kubeconfig or environment.get("KUBECONFIG")
+    )
+    return result
+
+
+def credentials(kubeconfig: Path | str | None) -> list[str]:
+    """The secrets a kubeconfig holds: tokens, passwords, client keys."""
+    if kubeconfig is None or not Path(kubeconfig).exists():
+        return []
+    document = yaml.safe_load(Path(kubeconfig).read_text()) or {}
+    found = []
+    for user in document.get("users") or ():
+        for key in ("token", "password", "client-key-data", "client-certificate-data"):
+            value = (user.get("user") or {}).get(key)
+            if value and len(str(value)) >= 8:  # shorter ones are test stand-ins, not secrets
+                found.append(str(value))
+    return found
+
+
+def assert_no_credentials(output: str, kubeconfig: Path | str | None) -> None:
+    """Every CLI run of the suite is checked: no credential of its kubeconfig is printed."""
+    for secret in credentials(kubeconfig):
+        assert secret not in output, "a credential from the kubeconfig appeared in the output"
+        assert secret[:12] not in output, "part of a credential appeared in the output"
 
 
 def lab_objects(seed: str = "lab") -> list[dict[str, Any]]:

@@ -48,7 +48,9 @@ class Sandbox:
         port: int = 0,
         token: str | None = None,
         require_token: bool = True,
+        faults: FaultInjector | None = None,
     ) -> None:
+        self._faults = faults
         self.store = Store()
         self.api = SandboxApi(self.store)
         self.token = (token or secrets.token_urlsafe(24)) if require_token else None
@@ -72,6 +74,7 @@ class Sandbox:
         self._server = SandboxHTTPServer(
             self._port, self.api, self.token, self.certificates.server_context()
         )
+        self._server.faults = self._faults
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -118,7 +121,9 @@ class Sandbox:
         self.server.requests.clear()
 
     def set_faults(self, faults: FaultInjector | None) -> None:
-        self.server.faults = faults
+        self._faults = faults
+        if self._server is not None:
+            self._server.faults = faults
 
     # --- kubeconfig ----------------------------------------------------------------------
 

@@ -65,10 +65,18 @@ def run(
     kubeconfig_out: Path | None,
     command: list[str],
     err: TextIO,
+    fault_rate: float = 0.0,
+    fault_seed: int | None = None,
+    fault_retry_after: int = 1,
 ) -> int:
+    from reconcile.sandbox.faults import RandomFaults
+
     objects = load_seed(seed)
+    faults = (
+        RandomFaults(fault_rate, fault_seed, retry_after=fault_retry_after) if fault_rate else None
+    )
     try:
-        sandbox = Sandbox(objects, port=port)
+        sandbox = Sandbox(objects, port=port, faults=faults)
     except SeedError as e:
         raise ReconcileError(f"seed {seed}: {e}") from None
     try:

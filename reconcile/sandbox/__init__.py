@@ -148,6 +148,7 @@ class Sandbox:
         }
 
     def write_kubeconfig(self, path: Path, name: str = "reconcile-sandbox") -> Path:
+        """A kubeconfig whose cluster, user and context are all called `name`."""
         path.parent.mkdir(parents=True, exist_ok=True)
         # JSON is YAML: kubectl and the client read it as a kubeconfig.
         path.write_text(json.dumps(self.kubeconfig(name), indent=2) + "\n", encoding="utf-8")

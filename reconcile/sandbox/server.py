@@ -50,6 +50,10 @@ class RequestRecord:
     subresource: str = ""
     namespace: str = ""
     content_type: str = ""
+    # The client's product name from its User-Agent (`reconcile`, `kubectl`, ...).
+    agent: str = ""
+    # A server-side apply that created its object: authorized as create too, as upstream.
+    created: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,10 @@ class Handler(BaseHTTPRequestHandler):
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
         record: dict[str, Any] = {"method": method, "path": split.path, "query": split.query}
         record["content_type"] = (self.headers.get("Content-Type") or "").split(";")[0].strip()
-        status = 500
+        record["agent"] = (self.headers.get("User-Agent") or "").split("/", 1)[0]
+        # The request is logged before the answer goes out: a client that has its answer
+        # finds the request in the log.
+        answer: tuple[int, Any, dict[str, str] | None] | None = None
         try:
             body = self._body()
             if not self._authorized():
@@ -166,6 +173,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             status, payload = self._dispatch(method, split.path, route, query, body, record)
+            record["created"] = method == "PATCH" and status == 201
             if self.server.faults and status < 300:
                 after = self.server.faults.after_write(
                     method, route if isinstance(route, Route) else None
@@ -174,28 +182,27 @@ class Handler(BaseHTTPRequestHandler):
                     record["status"] = 0
                     self.close_connection = True
                     return
-            self._send(status, payload)
+            answer = (status, payload, None)
         except ApiStatus as e:
-            status = e.code
-            self._send(e.code, e.status(), e.headers)
+            answer = (e.code, e.status(), e.headers)
         except Exception as e:  # pragma: no cover - the server must answer, whatever happens
-            status = 500
-            self._send(
-                500,
-                ApiStatus(
-                    500, "InternalError", f"Internal error occurred: {type(e).__name__}: {e}"
-                ).status(),
-            )
+            problem = f"Internal error occurred: {type(e).__name__}: {e}"
+            answer = (500, ApiStatus(500, "InternalError", problem).status(), None)
         finally:
-            record.setdefault("status", status)
+            record.setdefault("status", answer[0] if answer else 500)
             self.server.record(RequestRecord(**record))
+        self._send(*answer)
 
     def _authorized(self) -> bool:
         token = self.server.token
         if not token:
             return True
-        header = self.headers.get("Authorization") or ""
-        return hmac.compare_digest(header.encode(), f"Bearer {token}".encode())
+        # As k8s.io/apiserver's bearertoken authenticator: trimmed, the scheme in any case,
+        # the token the second space-separated field.
+        parts = (self.headers.get("Authorization") or "").strip().split(" ", 2)
+        if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+            return False
+        return hmac.compare_digest(parts[1].encode(), token.encode())
 
     def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)

@@ -736,3 +736,31 @@ def test_requests_without_the_token_are_unauthorized(lab: TestCluster) -> None:
         "GET", url, headers={"Accept": "application/json"}
     )
     assert response.status == 401
+
+
+@pytest.mark.parametrize(
+    ("header", "status"),
+    [
+        ("Bearer {token}", 200),
+        ("bearer {token}", 200),  # the scheme is case-insensitive (RFC 7235)
+        ("  BEARER {token}  ", 200),  # the header is trimmed
+        ("Bearer {token} extra", 200),  # the token is the second field, as upstream
+        ("Bearer", 401),
+        ("Bearer  {token}", 401),  # an empty token field
+        ("Basic {token}", 401),
+        ("Bearer {token}x", 401),
+    ],
+)
+def test_bearer_tokens_are_read_as_the_api_server_reads_them(
+    lab: TestCluster, header: str, status: int
+) -> None:
+    if not lab.is_sandbox:
+        pytest.skip("the sandbox's own token")
+    token = lab.api_client.configuration.api_key["BearerToken"].removeprefix("Bearer ")
+    url = lab.api_client.configuration.host + "/api/v1/nodes"
+    response = lab.api_client.rest_client.pool_manager.request(
+        "GET",
+        url,
+        headers={"Accept": "application/json", "Authorization": header.format(token=token)},
+    )
+    assert response.status == status

@@ -29,6 +29,7 @@ from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
 from reconcile.diagnostics import (
     ApiError,
@@ -195,6 +196,7 @@ class Cluster:
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.retry = retry or RetryPolicy()
         self.retries = 0  # transient failures tried again, for reports
+        self.requests = 0
         self._lock = threading.Lock()
 
     @classmethod
@@ -206,23 +208,20 @@ class Cluster:
         request_timeout: float | None = 30.0,
         timeout: float | None = None,
     ) -> Cluster:
-        """Credentials as kubectl finds them: --kubeconfig, $KUBECONFIG (several files
-        joined by ':'), ~/.kube/config, and in a pod the service account."""
+        """Credentials as kubectl finds them: the one --kubeconfig file, else $KUBECONFIG
+        (several files joined by ':', missing ones skipped), else ~/.kube/config, and in
+        a pod the service account."""
         configuration = Configuration()
-        path = (
-            kubeconfig or os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
-        )
-        has_file = any(Path(p).exists() for p in path.split(os.pathsep) if p)
-        try:
-            if has_file:
-                config.load_kube_config(
-                    config_file=path,
-                    context=context,
-                    client_configuration=configuration,
-                    persist_config=False,
-                )
-            elif kubeconfig:
+        if kubeconfig:
+            if not Path(kubeconfig).is_file():
                 raise ConfigError(f"kubeconfig not found: {kubeconfig}")
+            paths = [kubeconfig]
+        else:
+            listed = os.environ.get("KUBECONFIG") or str(Path("~/.kube/config").expanduser())
+            paths = [p for p in dict.fromkeys(listed.split(os.pathsep)) if p and Path(p).is_file()]
+        try:
+            if paths:
+                _load_kubeconfig(paths, context, configuration)
             elif os.environ.get("KUBERNETES_SERVICE_HOST"):
                 config.load_incluster_config(client_configuration=configuration)
             else:
@@ -284,6 +283,8 @@ class Cluster:
         # repeated eviction or delete finds the pod gone.
         attempt = 0
         while True:
+            with self._lock:
+                self.requests += 1
             try:
                 return _call(send)
             except ReconcileError as error:
@@ -442,3 +443,22 @@ class Discovery:
 def _config_problem(error: ConfigException) -> str:
     # The loader's messages name files and contexts, never credentials.
     return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _load_kubeconfig(paths: list[str], context: str | None, configuration: Configuration) -> None:
+    """Merge kubeconfig files as kubectl does: for every cluster, user and context name,
+    and for current-context, the first file that sets it wins. (The client's own merge
+    takes current-context from the last file.)"""
+    merger = KubeConfigMerger(os.pathsep.join(paths))
+    if merger.config is None:
+        raise ConfigException("Invalid kube-config file. No configuration found.")
+    current = next(
+        (c for p in merger.paths if (c := (merger.config_files[p] or {}).get("current-context"))),
+        None,
+    )
+    if current:
+        merger.config.value["current-context"] = current
+    loader = KubeConfigLoader(
+        config_dict=merger.config, config_base_path=None, active_context=context
+    )
+    loader.load_and_set(configuration)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import io
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 
 import click
 
@@ -45,14 +46,17 @@ class Globals:
     context: str | None
     output: Format
     request_timeout: float = 30.0
+    connected: list[Cluster] = dataclasses.field(default_factory=list)
 
     def connect(self, timeout: float | None = None) -> Cluster:
         """The cluster; transient failures are retried until `timeout` (overall) runs out."""
         from reconcile.cluster import Cluster
 
-        return Cluster.connect(
+        cluster = Cluster.connect(
             self.kubeconfig, self.context, request_timeout=self.request_timeout, timeout=timeout
         )
+        self.connected.append(cluster)
+        return cluster
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -84,7 +88,7 @@ def common_options(command: F) -> F:
     @click.option(
         "--kubeconfig",
         metavar="PATH",
-        help="Kubeconfig file(s); default $KUBECONFIG, ~/.kube/config.",
+        help="Kubeconfig file; default $KUBECONFIG (files joined by ':'), ~/.kube/config.",
     )
     @click.option("--context", metavar="NAME", help="Kubeconfig context to use.")
     @click.option(
@@ -103,6 +107,10 @@ def common_options(command: F) -> F:
         metavar="DURATION",
         help="Longest wait for one API request.",
     )
+    @click.option("-v", "--verbose", count=True, help="Also say what was asked of the API server.")
+    @click.option(
+        "-q", "--quiet", is_flag=True, help="Only errors on stderr: no notes, no warnings."
+    )
     @functools.wraps(command)
     def wrapper(
         *args: Any,
@@ -111,10 +119,22 @@ def common_options(command: F) -> F:
         context: str | None,
         output: str,
         request_timeout: float,
+        verbose: int,
+        quiet: bool,
         **kwargs: Any,
     ) -> Any:
+        _VERBOSITY[0] = -1 if quiet else verbose
         g = Globals(desired, kubeconfig, context, Format(output), request_timeout)
-        return command(*args, g=g, **kwargs)
+        try:
+            return command(*args, g=g, **kwargs)
+        finally:
+            for cluster in g.connected:
+                if _VERBOSITY[0] > 0:
+                    _err().write(
+                        f"note: {cluster.requests} request(s) to {cluster.server}, "
+                        f"{cluster.retries} retried\n"
+                    )
+                cluster.close()
 
     return wrapper  # type: ignore[return-value]
 
@@ -154,12 +174,39 @@ def _out() -> TextIO:
     return sys.stdout
 
 
+# -q hides notes and warnings, -v adds a summary of the requests made (see common_options).
+_VERBOSITY = [0]
+
+
+class _Quiet(io.TextIOBase):
+    """stderr for -q: errors pass, notes and warnings do not."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        plain = text.replace("\x1b[33m", "").replace("\x1b[0m", "")
+        if plain.startswith(("note:", "warning:")) or ": warning: " in plain:
+            return len(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+
 def _err() -> TextIO:
+    if _VERBOSITY[0] < 0:
+        return cast(TextIO, _Quiet(sys.stderr))
     return sys.stderr
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    _err().write(f"error: {message}\n")
+    from reconcile.views import severity_prefix
+
+    _err().write(f"{severity_prefix('error', sys.stderr)} {message}\n")
     sys.exit(code)
 
 
@@ -727,6 +774,105 @@ def _desired_note(
         f"{where} still declares {olds}: the next `reconcile apply` reverts this upgrade. "
         "Change the file too (or rerun with --write-desired)"
     )
+
+
+# Labels that are facts of the node (NFD, GPU Feature Discovery): what `import` keeps.
+# Not nvidia.com/gpu.deploy.* (the GPU Operator's decisions) and never the kubelet's own.
+IMPORT_PREFIXES = (
+    "feature.node.kubernetes.io/",
+    "nvidia.com/gpu.",
+    "nvidia.com/cuda.",
+    "nvidia.com/mig.",
+)
+IMPORT_EXCLUDED = ("nvidia.com/gpu.deploy.",)
+
+
+@main.command("import")
+@common_options
+@click.option(
+    "-l",
+    "--selector",
+    metavar="LABELSELECTOR",
+    help="Only the nodes it selects (kubectl's -l syntax).",
+)
+@click.option(
+    "--prefix",
+    "prefixes",
+    multiple=True,
+    metavar="P",
+    help="Keep label keys starting with P (repeatable); default the NFD and GPU prefixes.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the changes as a diff instead of writing.")
+def import_command(
+    g: Globals, selector: str | None, prefixes: tuple[str, ...], dry_run: bool
+) -> None:
+    """Bring live nodes under git: write desired/nodes/<node>.yaml from their labels.
+
+    Files that exist are updated in place (comments, key order and quoting kept; only
+    changed values change); new nodes get a new file. Prints one line per file written.
+    """
+    import difflib
+
+    from reconcile.loader import load_desired, new_node_file, render_labels
+
+    for prefix in prefixes:
+        domain = prefix.split("/")[0] if "/" in prefix else ""
+        if domain != "feature.node.kubernetes.io" and domain.endswith(("kubernetes.io", "k8s.io")):
+            fail(
+                f"--prefix {prefix}: labels under kubernetes.io and k8s.io belong to the "
+                "kubelet and the cluster, not to desired/"
+            )
+    keep = prefixes or IMPORT_PREFIXES
+    excluded = () if prefixes else IMPORT_EXCLUDED
+    with _errors_to_exit_codes():
+        state, problems = load_desired(g.desired) if g.desired.exists() else (None, [])
+        if diag.has_errors(problems):
+            raise InvalidInput(problems)
+        nodes = g.connect().list_nodes(label_selector=selector)
+    written = 0
+    for node in sorted(nodes, key=lambda n: n.name):
+        values = {
+            k: v
+            for k, v in node.labels.items()
+            if k.startswith(keep) and not k.startswith(excluded)
+        }
+        declared = state.nodes.get(node.name) if state is not None else None
+        if declared is not None:
+            path = Path(declared.source.file)
+            before = path.read_text(encoding="utf-8")
+            changed, after = render_labels(declared, values)
+            if not changed:
+                continue
+        else:
+            path = g.desired / "nodes" / f"{node.name}.yaml"
+            before, after = "", new_node_file(node.name, values)
+        written += 1
+        if dry_run:
+            _out().writelines(
+                difflib.unified_diff(
+                    before.splitlines(keepends=True),
+                    after.splitlines(keepends=True),
+                    fromfile=str(path) if before else "/dev/null",
+                    tofile=str(path),
+                )
+            )
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(after, encoding="utf-8")
+        _out().write(f"{path} {len(values)} label(s)\n")
+    sys.exit(EXIT_OK)
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script: `source <(reconcile completion bash)`."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    assert completer is not None
+    script = completer(main, {}, "reconcile", "_RECONCILE_COMPLETE").source()
+    _out().write(script if script.endswith("\n") else script + "\n")
 
 
 # --- GPU facts -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -679,15 +680,25 @@ def write_labels(node: DesiredNode, values: dict[str, str]) -> list[str]:
     quoting survive (ruamel.yaml round-trip; `.env` files line by line). The keys whose
     value changed."""
     path = Path(node.source.file)
+    changed, text = render_labels(node, values)
+    if changed:
+        path.write_text(text, encoding="utf-8")
+    return changed
+
+
+def render_labels(node: DesiredNode, values: dict[str, str]) -> tuple[list[str], str]:
+    """What `write_labels` would write: (keys changed, the file's new text)."""
+    path = Path(node.source.file)
     if path.suffix == ".env":
-        return _write_env(path, values)
+        return _render_env(path, values)
     from ruamel.yaml import YAML
     from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 
     editor = YAML(typ="rt")
     editor.preserve_quotes = True
     editor.width = 4096
-    documents = list(editor.load_all(path.read_text(encoding="utf-8")))
+    original = path.read_text(encoding="utf-8")
+    documents = list(editor.load_all(original))
     changed: list[str] = []
     for document in documents:
         if (
@@ -707,14 +718,33 @@ def write_labels(node: DesiredNode, values: dict[str, str]) -> list[str]:
             else:
                 labels_map[key] = value
             changed.append(key)
-    if changed:
-        buffer = io.StringIO()
-        editor.dump_all(documents, buffer)
-        path.write_text(buffer.getvalue(), encoding="utf-8")
-    return changed
+    if not changed:
+        return [], original
+    buffer = io.StringIO()
+    editor.dump_all(documents, buffer)
+    return changed, buffer.getvalue()
 
 
-def _write_env(path: Path, values: dict[str, str]) -> list[str]:
+def new_node_file(
+    name: str, values: dict[str, str], schema: str = "../../schemas/nodefeatures.schema.json"
+) -> str:
+    """A NodeFeatures file for a node not yet in desired/, as `reconcile import` writes it."""
+    lines = [
+        f"# yaml-language-server: $schema={schema}",
+        f"apiVersion: {API_VERSION}",
+        f"kind: {NODE_FEATURES}",
+        "metadata:",
+        f"  name: {name}",
+        "labels:" if values else "labels: {}",
+    ]
+    for key in sorted(values):
+        value = values[key]
+        shown = json.dumps(value) if _needs_quotes(value) else value
+        lines.append(f"  {key}: {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def _render_env(path: Path, values: dict[str, str]) -> tuple[list[str], str]:
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     changed: list[str] = []
     seen: set[str] = set()
@@ -735,6 +765,4 @@ def _write_env(path: Path, values: dict[str, str]) -> list[str]:
                 lines[-1] += "\n"
             lines.append(f"{key}={value}\n")
             changed.append(key)
-    if changed:
-        path.write_text("".join(lines), encoding="utf-8")
-    return changed
+    return changed, "".join(lines)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
@@ -71,7 +72,12 @@ def diagnostic_json(diagnostic: Diagnostic) -> dict[str, Any]:
 
 def render_diagnostics(diagnostics: Sequence[Diagnostic], err: TextIO) -> None:
     for diagnostic in diagnostics:
-        err.write(f"{diagnostic}\n")
+        if diagnostic.severity is Severity.ERROR:
+            err.write(f"{diagnostic}\n")  # compiler style: `file:line:col: message`
+            continue
+        where = f"{diagnostic.source}: " if diagnostic.source else ""
+        tag = severity_prefix(str(diagnostic.severity), err)
+        err.write(f"{where}{tag} {diagnostic.message}\n")
 
 
 def render_validation(
@@ -128,9 +134,13 @@ def render_plan(
     for missing in plan.missingNodes:
         err.write(_missing_note(missing) + "\n")
     for warning in plan.warnings:
-        err.write(f"warning: {warning.node} {warning.key}: {warning.message}\n")
+        err.write(
+            f"{severity_prefix('warning', err)} {warning.node} {warning.key}: {warning.message}\n"
+        )
     for finding in plan.findings:
-        err.write(f"{finding.severity}: {finding.subject}: {finding.message}\n")
+        err.write(
+            f"{severity_prefix(finding.severity, err)} {finding.subject}: {finding.message}\n"
+        )
     if plan.prunable:
         err.write(
             f"note: {len(plan.prunable)} label(s) set by reconcile are no longer declared; "
@@ -289,3 +299,19 @@ def _md_list(out: TextIO, title: str, items: Iterable[str]) -> None:
         out.write(f"\n**{title}:**\n\n")
         for row in rows:
             out.write(f"- {row}\n")
+
+
+_COLOURS = {"error": "\x1b[31m", "warning": "\x1b[33m"}
+
+
+def severity_prefix(severity: str, stream: TextIO) -> str:
+    """`error:` or `warning:`, in colour on a terminal unless NO_COLOR is set (no-color.org)."""
+    text = f"{severity}:"
+    if (
+        severity in _COLOURS
+        and stream.isatty()
+        and not os.environ.get("NO_COLOR")
+        and os.environ.get("TERM") != "dumb"
+    ):
+        return f"{_COLOURS[severity]}{text}\x1b[0m"
+    return text

@@ -90,15 +90,23 @@ class ApplyResult:
 def check_fresh(plan: Plan, live: Iterable[LiveNode]) -> None:
     """Raise StalePlan when any planned node changed since the plan was made."""
     versions = {node.name: node.resource_version for node in live}
-    moved = []
-    for node in plan.nodes:
-        now = versions.get(node.name)
-        if now != node.resourceVersion:
-            shown = "deleted" if now is None else f"resourceVersion {node.resourceVersion} -> {now}"
-            moved.append(f"{node.name} ({shown})")
-    if moved:
+    _refuse_moved(
+        [_moved(node.name, node.resourceVersion, versions.get(node.name)) for node in plan.nodes]
+    )
+
+
+def _moved(subject: str, planned: str | None, now: str | None) -> str | None:
+    """How `subject` moved since the plan, or None when it did not."""
+    if now == planned:
+        return None
+    shown = "deleted" if now is None else f"resourceVersion {planned} -> {now}"
+    return f"{subject} ({shown})"
+
+
+def _refuse_moved(moved: Iterable[str | None]) -> None:
+    if found := [m for m in moved if m]:
         raise StalePlan(
-            "plan is stale: " + ", ".join(moved) + " changed since the plan was made; "
+            "plan is stale: " + ", ".join(found) + " changed since the plan was made; "
             "nothing was applied. Run `reconcile plan` again."
         )
 
@@ -247,21 +255,15 @@ class ObjectResult:
 
 def check_objects_fresh(plan: Plan, cluster: ObjectCluster) -> None:
     """Raise StalePlan when an object of a saved plan changed (or appeared) since."""
-    moved = []
+    moved: list[str | None] = []
     for obj in plan.objects:
         live = cluster.get_object(obj.resource, obj.namespace, obj.name)
         now = str(live["metadata"].get("resourceVersion")) if live is not None else None
         if obj.action == "create":
-            if now is not None:
-                moved.append(f"{obj.id} (created by someone else since)")
-        elif now != obj.resourceVersion:
-            shown = "deleted" if now is None else f"resourceVersion {obj.resourceVersion} -> {now}"
-            moved.append(f"{obj.id} ({shown})")
-    if moved:
-        raise StalePlan(
-            "plan is stale: " + ", ".join(moved) + " changed since the plan was made; "
-            "nothing was applied. Run `reconcile plan` again."
-        )
+            moved.append(None if now is None else f"{obj.id} (created by someone else since)")
+        else:
+            moved.append(_moved(obj.id, obj.resourceVersion, now))
+    _refuse_moved(moved)
 
 
 def _body(obj: ObjectPlan, *, precondition: bool) -> dict[str, Any]:

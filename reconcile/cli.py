@@ -920,7 +920,7 @@ def audit(g: Globals) -> None:
     from reconcile.views import render_findings
 
     with _errors_to_exit_codes():
-        nodes = g.connect().list_nodes(label_selector=f"{drivers.GPU_PRESENT}=true")
+        nodes = g.connect().list_nodes(label_selector=drivers.GPU_NODES)
         findings = drivers.audit((n.name, n.labels) for n in nodes)
     render_findings(
         [str(f) for f in findings],
@@ -957,7 +957,7 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
         if node:
             live = [cluster.get_node(node)]
         else:
-            live = cluster.list_nodes(label_selector=f"{drivers.GPU_PRESENT}=true")
+            live = cluster.list_nodes(label_selector=drivers.GPU_NODES)
         tags: list[tuple[str, str]] = []
         problems: list[str] = []
         for item in live:
@@ -989,7 +989,7 @@ def drivers_audit(g: Globals) -> None:
             fail(
                 f"no support matrix in {g.desired}/drivers/ (a DriverSupportMatrix .yaml or a .csv)"
             )
-        nodes = g.connect().list_nodes(label_selector=f"{drivers.GPU_PRESENT}=true")
+        nodes = g.connect().list_nodes(label_selector=drivers.GPU_NODES)
         coverage = drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)
     missing = [c for c in coverage if c.tag is not None and not c.covered]
     broken = [c for c in coverage if c.tag is None]
@@ -1016,7 +1016,7 @@ def report(g: Globals) -> None:
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)
-        nodes = g.connect().list_nodes(label_selector=f"{drivers.GPU_PRESENT}=true")
+        nodes = g.connect().list_nodes(label_selector=drivers.GPU_NODES)
         coverage = {
             c.node: c
             for c in drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)

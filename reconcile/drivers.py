@@ -19,6 +19,7 @@ from reconcile.diagnostics import Diagnostic
 from reconcile.models import DesiredState, driver_tag
 
 GPU_PRESENT: Final = "nvidia.com/gpu.present"
+GPU_NODES: Final = f"{GPU_PRESENT}=true"  # the label selector of GPU nodes
 GPU_PRODUCT: Final = "nvidia.com/gpu.product"
 GPU_COUNT: Final = "nvidia.com/gpu.count"
 GPU_MEMORY: Final = "nvidia.com/gpu.memory"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -178,6 +179,9 @@ def _out() -> TextIO:
 _VERBOSITY = [0]
 
 
+_SGR = re.compile(r"\x1b\[[0-9;]*m")  # a colour escape
+
+
 class _Quiet(io.TextIOBase):
     """stderr for -q: errors pass, notes and warnings do not."""
 
@@ -185,7 +189,7 @@ class _Quiet(io.TextIOBase):
         self.stream = stream
 
     def write(self, text: str) -> int:
-        plain = text.replace("\x1b[33m", "").replace("\x1b[0m", "")
+        plain = _SGR.sub("", text)
         if plain.startswith(("note:", "warning:")) or ": warning: " in plain:
             return len(text)
         return self.stream.write(text)
@@ -829,7 +833,6 @@ def import_command(
         if diag.has_errors(problems):
             raise InvalidInput(problems)
         nodes = g.connect().list_nodes(label_selector=selector)
-    written = 0
     for node in sorted(nodes, key=lambda n: n.name):
         values = {
             k: v
@@ -839,14 +842,13 @@ def import_command(
         declared = state.nodes.get(node.name) if state is not None else None
         if declared is not None:
             path = Path(declared.source.file)
-            before = path.read_text(encoding="utf-8")
             changed, after = render_labels(declared, values)
             if not changed:
                 continue
+            before = path.read_text(encoding="utf-8") if dry_run else ""
         else:
             path = g.desired / "nodes" / f"{node.name}.yaml"
             before, after = "", new_node_file(node.name, values)
-        written += 1
         if dry_run:
             _out().writelines(
                 difflib.unified_diff(

@@ -267,6 +267,7 @@ def test_the_sandbox_command_injects_faults(tmp_path: Path, workdir: Path) -> No
         "reconcile",
         "apply",
         cwd=workdir,
+        process=True,  # the child apply writes to the process's own stdout
     )
     assert (result.code, result.lines) == (0, ["lab-node-1 nvidia.com/gpu.count 2"]), result.stderr
 

@@ -109,6 +109,7 @@ def test_the_quickstart_line_plans_and_applies(tmp_path: Path) -> None:
         f"{sys.executable} -m reconcile plan; echo plan=$?; {sys.executable} -m reconcile apply; echo apply=$?; "
         f"{sys.executable} -m reconcile plan; echo plan=$?",
         cwd=REPO,
+        process=True,  # the child commands write to the process's own stdout
     )
 
     assert result.code == 0, result.stderr

@@ -7,29 +7,52 @@ Two ways in, as in terraform:
   anything is written, and a node that moves on while applying stops with "plan is
   stale" instead of overwriting a newer value with an old decision.
 
-A change counts as applied only when the object the server returns carries it.
+A change counts as applied only when the object the server returns carries it, and is
+reported only by the run that made it: a change another writer made first (a 409 whose
+re-read shows it in place, an apply that found the object already created, a delete that
+found it gone) is a note, not a line, so two applies at once print each change once.
+
+Before a saved plan is applied it is checked against what it claims to come from: the
+cluster's identity, the desired/ tree's digest, and, change by change, what desired/ and
+the live inventories can justify (`check_saved`).
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
+from reconcile.diagnostics import Conflict, NotFound, PlanRefused, ReconcileError, StalePlan
 from reconcile.diff import LabelChange
 from reconcile.models import DesiredState, LiveNode
-from reconcile.plan import MissingNode, NodePlan, ObjectPlan, Plan, plan_node
+from reconcile.plan import (
+    ClusterIdentity,
+    MissingNode,
+    NodePlan,
+    ObjectPlan,
+    Plan,
+    parse_inventory,
+    plan_node,
+)
 from reconcile.workloads import (
     CONFIGMAPS,
     INVENTORY_NAME,
     INVENTORY_NAMESPACE,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
     ObjectCluster,
+    applied_config,
+    inventory_entry,
     inventory_object,
+    read_inventory,
+    replan_object,
 )
+
+DONE_BY_OTHERS: Final = "already done by another writer: not applied by this run"
 
 MAX_CONFLICT_RETRIES: Final = 5
 
@@ -50,6 +73,8 @@ class NodeResult:
     applied: tuple[LabelChange, ...] = ()
     error: str | None = None
     conflicts: int = 0
+    # Said on stderr: e.g. the drift was gone because another writer fixed it first.
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -185,7 +210,7 @@ def _confirmed(node_plan: NodePlan, returned: LiveNode, conflicts: int) -> NodeR
 def _apply_saved(node_plan: NodePlan, cluster: NodeWriter) -> NodeResult:
     try:
         returned = cluster.patch_node(node_plan.name, node_plan.patch())
-    except Conflict:
+    except Conflict as conflict:
         # Either someone else wrote the node, or our own write went through and its answer
         # was lost (the retry then meets the new resourceVersion). Only the node can tell.
         try:
@@ -193,7 +218,9 @@ def _apply_saved(node_plan: NodePlan, cluster: NodeWriter) -> NodeResult:
         except ReconcileError as e:
             return NodeResult(node_plan.name, error=str(e))
         if not node_plan.converged(live):
-            return NodeResult(node_plan.name, applied=node_plan.changes, conflicts=1)
+            if conflict.after_lost_answer:  # our own write went through; its answer was lost
+                return NodeResult(node_plan.name, applied=node_plan.changes, conflicts=1)
+            return NodeResult(node_plan.name, conflicts=1, note=DONE_BY_OTHERS)
         return NodeResult(
             node_plan.name,
             error="plan is stale: the node changed after the plan was made; nothing applied to it",
@@ -212,6 +239,7 @@ def _apply_fresh(
 ) -> NodeResult:
     current: NodePlan | None = node_plan
     conflicts = 0
+    ours_maybe = False  # a write of ours may have landed with its answer lost
     live: LiveNode | None = None
     while current is not None:
         refused = refusal(current, allow_missing_image=allow_missing_image)
@@ -219,8 +247,9 @@ def _apply_fresh(
             return refused
         try:
             returned = cluster.patch_node(current.name, current.patch())
-        except Conflict:
+        except Conflict as e:
             conflicts += 1
+            ours_maybe = ours_maybe or e.after_lost_answer
             if conflicts > MAX_CONFLICT_RETRIES:
                 return NodeResult(
                     node_plan.name,
@@ -236,11 +265,11 @@ def _apply_fresh(
         except ReconcileError as e:
             return NodeResult(node_plan.name, error=str(e), conflicts=conflicts)
         return _confirmed(current, returned, conflicts)
-    # The node matches now: another writer got there, or a write of ours whose answer was
-    # lost. What was drift when planned and is in place now changed during this run.
-    assert live is not None
-    in_place = tuple(c for c in node_plan.changes if live.labels.get(c.key) == c.after)
-    return NodeResult(node_plan.name, applied=in_place, conflicts=conflicts)
+    # The node matches now: a write of ours whose answer was lost, or another writer.
+    if live is not None and ours_maybe:
+        in_place = tuple(c for c in node_plan.changes if live.labels.get(c.key) == c.after)
+        return NodeResult(node_plan.name, applied=in_place, conflicts=conflicts)
+    return NodeResult(node_plan.name, conflicts=conflicts, note=DONE_BY_OTHERS)
 
 
 # --- workload objects --------------------------------------------------------------------
@@ -251,6 +280,7 @@ class ObjectResult:
     id: str
     lines: tuple[str, ...] = ()
     error: str | None = None
+    note: str | None = None
 
 
 def check_objects_fresh(plan: Plan, cluster: ObjectCluster) -> None:
@@ -302,33 +332,172 @@ def apply_objects(
     saved: bool,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[ObjectResult, ...]:
-    """Apply creates and updates in kind order, then prunes in reverse; then the inventory."""
+    """Apply creates and updates in kind order, then prunes in reverse; then the inventory.
+
+    Every object about to be created is recorded in the inventory first: an apply that
+    stops half-way never leaves an object that a later --prune cannot find."""
+    inventory_id = f"ConfigMap/{INVENTORY_NAMESPACE}/{INVENTORY_NAME}"
+    try:
+        _record_before_creating(plan, cluster)
+    except ReconcileError as e:
+        return (ObjectResult(inventory_id, error=str(e)),)
     results: list[ObjectResult] = []
     for obj in plan.objects:
         if should_stop():
             return tuple(results)  # the rest, and the inventory, wait for the next run
         try:
-            if obj.action in ("prune", "recreate"):
-                cluster.delete_object(obj.resource, obj.namespace, obj.name)
-            if obj.action != "prune":
-                cluster.apply_object(
-                    obj.resource, _body(obj, precondition=saved), force=plan.forceConflicts
-                )
+            results.append(_apply_object(obj, cluster, saved=saved, force=plan.forceConflicts))
         except Conflict as e:
             reason = (
                 "plan is stale: the object changed after the plan was made" if saved else e.message
             )
             results.append(ObjectResult(obj.id, error=reason))
-            continue
         except ReconcileError as e:
             results.append(ObjectResult(obj.id, error=getattr(e, "message", "") or str(e)))
-            continue
-        results.append(ObjectResult(obj.id, lines=tuple(obj.lines())))
     if plan.inventory is not None and not any(r.error for r in results):
         try:
             cluster.apply_object(CONFIGMAPS, inventory_object(plan.inventory), force=True)
         except ReconcileError as e:
-            results.append(
-                ObjectResult(f"ConfigMap/{INVENTORY_NAMESPACE}/{INVENTORY_NAME}", error=str(e))
-            )
+            results.append(ObjectResult(inventory_id, error=str(e)))
     return tuple(results)
+
+
+def _record_before_creating(plan: Plan, cluster: ObjectCluster) -> None:
+    new = {
+        inventory_entry(o.apiVersion, o.kind, o.namespace, o.name)
+        for o in plan.objects
+        if o.action in ("create", "recreate")
+    }
+    if not new:
+        return
+    current = set(read_inventory(cluster))
+    if not new <= current:
+        cluster.apply_object(CONFIGMAPS, inventory_object(current | new), force=True)
+
+
+def _apply_object(
+    obj: ObjectPlan, cluster: ObjectCluster, *, saved: bool, force: bool
+) -> ObjectResult:
+    """One object: its lines when this run changed it, a note when another writer had."""
+    if obj.action == "prune":
+        if cluster.delete_object(obj.resource, obj.namespace, obj.name):
+            return ObjectResult(obj.id, lines=tuple(obj.lines()))
+        return ObjectResult(obj.id, note=f"deleted by another writer first: {DONE_BY_OTHERS}")
+    if obj.action == "recreate":
+        cluster.delete_object(obj.resource, obj.namespace, obj.name)
+    if obj.action in ("create", "recreate"):
+        if cluster.apply_created(obj.resource, _body(obj, precondition=False), force=force):
+            return ObjectResult(obj.id, lines=tuple(obj.lines()))
+        return ObjectResult(obj.id, note=f"created by another writer first: {DONE_BY_OTHERS}")
+    current = obj
+    for _ in range(MAX_CONFLICT_RETRIES):
+        try:
+            cluster.apply_object(current.resource, _body(current, precondition=True), force=force)
+        except Conflict as e:
+            if saved or not _moved_on(e):
+                raise
+            replanned = replan_object(current, cluster)
+            if replanned is None:
+                return ObjectResult(obj.id, note=DONE_BY_OTHERS)
+            if replanned.action == "create":
+                return _apply_object(replanned, cluster, saved=saved, force=force)
+            current = replanned
+            continue
+        return ObjectResult(obj.id, lines=tuple(current.lines()))
+    return ObjectResult(
+        obj.id,
+        error=f"kept conflicting with other writers ({MAX_CONFLICT_RETRIES} times); try again",
+    )
+
+
+def _moved_on(error: Conflict) -> bool:
+    """A 409 from the resourceVersion precondition, not a field-ownership conflict."""
+    return "has been modified" in error.message
+
+
+# --- saved plans -------------------------------------------------------------------------
+
+
+def check_saved(
+    plan: Plan,
+    identity: ClusterIdentity,
+    live: list[LiveNode],
+    cluster: ObjectCluster,
+    desired: DesiredState | None,
+    desired_digest: str | None,
+) -> None:
+    """Refuse (PlanRefused) a saved plan made for another cluster or from another
+    desired/ tree, or asking for any change that neither desired/ nor the live inventories
+    justify; every unjustified change is named."""
+    if plan.cluster is None or plan.desiredDigest is None:
+        raise PlanRefused("the plan does not say which cluster and desired/ tree it was made from")
+    if plan.cluster.kubeSystemUID != identity.kubeSystemUID:
+        raise PlanRefused(
+            f"the plan was made for another cluster ({plan.cluster.server}, kube-system uid "
+            f"{plan.cluster.kubeSystemUID}); this is {identity.server} (kube-system uid "
+            f"{identity.kubeSystemUID}): nothing was applied"
+        )
+    if desired_digest is not None and desired_digest != plan.desiredDigest:
+        raise PlanRefused(
+            f"the plan was made from another desired/ tree ({plan.desiredDigest}) than the one "
+            f"here ({desired_digest}): nothing was applied. Re-run `reconcile plan --out FILE`"
+        )
+    problems = [
+        *_unjustified_nodes(plan, live, desired),
+        *_unjustified_objects(plan, cluster, desired),
+    ]
+    if problems:
+        raise PlanRefused(
+            "the plan asks for what desired/ and the inventory do not: "
+            + "; ".join(problems)
+            + ": nothing was applied"
+        )
+
+
+def _unjustified_nodes(
+    plan: Plan, live: list[LiveNode], desired: DesiredState | None
+) -> Iterator[str]:
+    by_name = {node.name: node for node in live}
+    for node_plan in plan.nodes:
+        node = by_name.get(node_plan.name)
+        inventory = parse_inventory(node.annotations) if node is not None else frozenset()
+        declared = desired.nodes.get(node_plan.name) if desired is not None else None
+        if desired is not None and declared is None:
+            yield f"{node_plan.name}: desired/ does not declare this node"
+            continue
+        wanted = declared.labels if declared is not None else {}
+        for change in node_plan.changes:
+            if change.key in wanted and wanted[change.key] == change.after:
+                continue
+            prune = plan.prune and change.key not in wanted and change.after is None
+            if prune and change.key in inventory:
+                continue  # the removal of a label reconcile set
+            yield f"{node_plan.name} {change.key} {change.shown_value}"
+        allowed = {k for k, v in wanted.items() if v is not None} | inventory
+        if extra := sorted(set(node_plan.inventory) - allowed):
+            yield f"{node_plan.name} inventory {','.join(extra)}"
+
+
+def _unjustified_objects(
+    plan: Plan, cluster: ObjectCluster, desired: DesiredState | None
+) -> Iterator[str]:
+    configs = {
+        (m.api_version, m.kind, m.namespace, m.name): applied_config(m)
+        for m in (desired.manifests if desired is not None else ())
+    }
+    inventory = set(read_inventory(cluster)) if plan.objects else set()
+    for obj in plan.objects:
+        entry = inventory_entry(obj.apiVersion, obj.kind, obj.namespace, obj.name)
+        if obj.action == "prune":
+            live = cluster.get_object(obj.resource, obj.namespace, obj.name)
+            labels = ((live or {}).get("metadata") or {}).get("labels") or {}
+            ours = entry in inventory and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
+            if not (plan.prune and ours):
+                yield f"{obj.id} - (not in reconcile's inventory and labelled as managed by it)"
+            continue
+        if desired is None:
+            if obj.action == "create" or entry not in inventory:
+                yield f"{obj.id} {obj.action} (without desired/ only inventory objects may change)"
+            continue
+        if configs.get((obj.apiVersion, obj.kind, obj.namespace, obj.name)) != obj.manifest:
+            yield f"{obj.id} {obj.action} (not the manifest desired/ declares)"

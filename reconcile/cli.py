@@ -235,7 +235,7 @@ def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState,
     """desired/ loaded, and every problem with it: the files, then (when they load) the
     GPU label conventions and what can never schedule. `coverage_check` adds the
     support-matrix check that `plan` makes against the cluster instead."""
-    from reconcile import drivers, placement
+    from reconcile import drivers, placement, workloads
     from reconcile.loader import load_desired
 
     state, problems = load_desired(g.desired)
@@ -243,6 +243,7 @@ def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState,
         found = [
             *drivers.desired_diagnostics(state, coverage_check=coverage_check),
             *placement.desired_diagnostics(state),
+            *workloads.desired_diagnostics(state),
         ]
         problems = sorted([*problems, *found], key=diag.sort_key)
     return state, problems
@@ -283,20 +284,41 @@ def validate(g: Globals) -> None:
     sys.exit(EXIT_ERROR if diag.has_errors(problems) else EXIT_OK)
 
 
+@dataclass(frozen=True)
+class PruneOptions:
+    prune: bool = False
+    allow_empty_prune: bool = False
+    prune_namespace_contents: bool = False
+
+
 def _full_plan(
-    g: Globals, cluster: Cluster, state: DesiredState, *, prune: bool, force: bool, recreate: bool
+    cluster: Cluster,
+    state: DesiredState,
+    prune: PruneOptions,
+    *,
+    force: bool,
+    recreate: bool,
 ) -> Plan:
-    """Label drift for the nodes, the workload objects by server-side dry-run, and what
-    the change does to placement."""
+    """Label drift for the nodes, the workload objects by server-side dry-run, what the
+    change (prunes included) does to placement, bound to the cluster and desired/ tree."""
     from reconcile import placement
-    from reconcile.plan import build_plan, projected_labels
+    from reconcile.plan import ClusterIdentity, build_plan, projected_labels
     from reconcile.workloads import plan_objects
 
+    server, uid = cluster.identity()
     live = cluster.list_nodes()
-    the_plan = build_plan(state, live, prune=prune)
-    if not state.manifests and not prune:
-        return the_plan
-    objects = plan_objects(state, cluster, prune=prune, force=force, recreate=recreate)
+    the_plan = build_plan(state, live, prune=prune.prune, allow_empty_prune=prune.allow_empty_prune)
+    # The inventory is read even with nothing declared: what a prune would delete is
+    # always known, and deleting all of it is refused unless asked for.
+    objects = plan_objects(
+        state,
+        cluster,
+        prune=prune.prune,
+        force=force,
+        recreate=recreate,
+        allow_empty_prune=prune.allow_empty_prune,
+        prune_namespace_contents=prune.prune_namespace_contents,
+    )
     the_plan = the_plan.with_objects(
         objects.objects,
         objects.findings,
@@ -304,17 +326,43 @@ def _full_plan(
         objects.inventory,
         force_conflicts=force,
     )
-    # Running pods matter only when labels change: then every pod is listed once.
-    pods = placement.running_pods(cluster.list_all("/api/v1/pods")) if the_plan.nodes else []
-    touched = {obj.id for obj in the_plan.objects}
-    findings = placement.impact(
-        state,
-        placement.node_views(live),
-        placement.node_views(live, projected_labels(state, live)),
-        unchanged=frozenset(t.id for t in placement.workloads(state) if t.id not in touched),
-        pods=pods,
+    findings: list[Any] = []
+    if state.manifests or the_plan.nodes:
+        # Running pods matter only when labels change: then every pod is listed once.
+        pods = placement.running_pods(cluster.list_all("/api/v1/pods")) if the_plan.nodes else []
+        touched = {obj.id for obj in the_plan.objects}
+        findings = placement.impact(
+            state,
+            placement.node_views(live),
+            placement.node_views(live, projected_labels(state, live, the_plan.nodes)),
+            unchanged=frozenset(t.id for t in placement.workloads(state) if t.id not in touched),
+            pods=pods,
+        )
+    the_plan = the_plan.model_copy(
+        update={
+            "findings": (*the_plan.findings, *findings),
+            "pruneNamespaceContents": prune.prune_namespace_contents,
+        }
     )
-    return the_plan.model_copy(update={"findings": (*the_plan.findings, *findings)})
+    return the_plan.bound(ClusterIdentity(server=server, kubeSystemUID=uid), state.digest)
+
+
+def _prune_options(command: F) -> F:
+    command = click.option(
+        "--prune-namespace-contents",
+        is_flag=True,
+        help="With --prune: delete a Namespace even when it holds objects reconcile does not manage.",
+    )(command)
+    command = click.option(
+        "--allow-empty-prune",
+        is_flag=True,
+        help="With --prune: allow deleting every object and label reconcile manages (an empty desired/).",
+    )(command)
+    return click.option(
+        "--prune",
+        is_flag=True,
+        help="Also remove labels and objects reconcile applied earlier that are no longer declared.",
+    )(command)
 
 
 def _object_options(command: F) -> F:
@@ -346,17 +394,15 @@ def _object_options(command: F) -> F:
     type=click.Path(path_type=Path, dir_okay=False),
     help="Save the plan (JSON) for `apply PLAN`.",
 )
-@click.option(
-    "--prune",
-    is_flag=True,
-    help="Also plan removing labels and objects reconcile applied earlier that are no longer declared.",
-)
+@_prune_options
 @click.option("--show-owner", is_flag=True, help="Add the writer of each label as a fourth column.")
 @_object_options
 def plan(
     g: Globals,
     out_file: Path | None,
     prune: bool,
+    allow_empty_prune: bool,
+    prune_namespace_contents: bool,
     show_owner: bool,
     force_conflicts: bool,
     recreate: bool,
@@ -370,7 +416,11 @@ def plan(
         state = load_or_fail(g)
         cluster = g.connect(timeout)
         the_plan = _full_plan(
-            g, cluster, state, prune=prune, force=force_conflicts, recreate=recreate
+            cluster,
+            state,
+            PruneOptions(prune, allow_empty_prune, prune_namespace_contents),
+            force=force_conflicts,
+            recreate=recreate,
         )
         if out_file is not None:
             the_plan.save(out_file)
@@ -383,11 +433,7 @@ def plan(
 @click.argument(
     "plan_file", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True)
 )
-@click.option(
-    "--prune",
-    is_flag=True,
-    help="Remove labels and objects reconcile applied earlier that are no longer declared.",
-)
+@_prune_options
 @click.option(
     "--allow-missing-image",
     is_flag=True,
@@ -405,6 +451,8 @@ def apply(
     g: Globals,
     plan_file: Path | None,
     prune: bool,
+    allow_empty_prune: bool,
+    prune_namespace_contents: bool,
     allow_missing_image: bool,
     parallel: int,
     force_conflicts: bool,
@@ -425,28 +473,56 @@ def apply(
         apply_plan,
         check_fresh,
         check_objects_fresh,
+        check_saved,
         preflight_objects,
     )
-    from reconcile.plan import Plan
+    from reconcile.plan import ClusterIdentity, Plan
     from reconcile.views import render_apply
     from reconcile.workloads import rejections
 
     with _errors_to_exit_codes():
         state = None
         if plan_file is not None:
-            if prune or recreate or force_conflicts:
+            if (
+                prune
+                or allow_empty_prune
+                or prune_namespace_contents
+                or recreate
+                or force_conflicts
+            ):
                 fail(
-                    "--prune, --recreate and --force-conflicts are decided when planning: use `reconcile plan ... --out FILE`"
+                    "--prune, --allow-empty-prune, --prune-namespace-contents, --recreate and "
+                    "--force-conflicts are decided when planning: use `reconcile plan ... --out FILE`"
                 )
             the_plan = Plan.load(plan_file)
+            checked = load_or_fail(g) if g.desired.is_dir() else None
+            if checked is None:
+                _err().write(
+                    f"warning: no desired/ tree at {g.desired}: the plan is checked against the "
+                    "live inventories only; apply it from the checkout it was made from\n"
+                )
             cluster = g.connect(timeout)
-            check_fresh(the_plan, cluster.list_nodes())
+            server, uid = cluster.identity()
+            live_nodes = cluster.list_nodes()
+            check_saved(
+                the_plan,
+                ClusterIdentity(server=server, kubeSystemUID=uid),
+                live_nodes,
+                cluster,
+                checked,
+                checked.digest if checked is not None else None,
+            )
+            check_fresh(the_plan, live_nodes)
             check_objects_fresh(the_plan, cluster)
         else:
             state = load_or_fail(g)
             cluster = g.connect(timeout)
             the_plan = _full_plan(
-                g, cluster, state, prune=prune, force=force_conflicts, recreate=recreate
+                cluster,
+                state,
+                PruneOptions(prune, allow_empty_prune, prune_namespace_contents),
+                force=force_conflicts,
+                recreate=recreate,
             )
         rejected = [f"{f.subject}: {f.message}" for f in rejections(the_plan.findings)]
         if not rejected and plan_file is not None:
@@ -501,10 +577,10 @@ def schemas(g: Globals, directory: Path, check: bool) -> None:
     """Write the JSON Schema of every desired-state kind (generated from the models)."""
     import json
 
-    from reconcile.models import json_schemas
+    from reconcile.plan import all_schemas
 
     stale = []
-    for name, schema in json_schemas().items():
+    for name, schema in all_schemas().items():
         text = json.dumps(schema, indent=2, sort_keys=True) + "\n"
         path = directory / name
         current = path.read_text(encoding="utf-8") if path.exists() else None

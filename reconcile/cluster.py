@@ -11,7 +11,6 @@ server's Status reason and message and never a header, token or kubeconfig conte
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -240,6 +239,12 @@ class Cluster:
     def server(self) -> str:
         return str(self.api_client.configuration.host)
 
+    def identity(self) -> tuple[str, str]:
+        """(API server URL, UID of the kube-system namespace): which cluster this is. The
+        URL can differ between a laptop and a pod; the namespace UID is the cluster's own."""
+        kube_system = self.request("GET", "/api/v1/namespaces/kube-system")
+        return self.server, str((kube_system.get("metadata") or {}).get("uid") or "")
+
     def close(self) -> None:
         self.api_client.close()
 
@@ -255,6 +260,20 @@ class Cluster:
         content_type: str = "application/json",
     ) -> Any:
         """One API request; the decoded JSON answer, or our exception for a failure."""
+        return self.request_with_status(
+            method, path, query=query, body=body, content_type=content_type
+        )[1]
+
+    def request_with_status(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, Any]:
+        """One API request: the HTTP status and the decoded JSON answer."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -268,29 +287,34 @@ class Cluster:
             auth_settings=["BearerToken"],
         )
 
-        def send() -> Any:
+        def send() -> tuple[int, Any]:
             response = self.api_client.call_api(
                 method, url, header_params=headers, body=body, _request_timeout=self._timeout()
             )
             response.read()
             if not 200 <= response.status <= 299:
                 raise ApiException.from_response(http_resp=response, body=None, data=None)
-            return json.loads(response.data) if response.data else None
+            return response.status, json.loads(response.data) if response.data else None
 
         # Every write reconcile makes is safe to repeat: node patches carry a resourceVersion
         # precondition (a write whose answer was lost comes back 409 and is re-planned),
         # server-side apply and merge patches of our own labels are idempotent, and a
         # repeated eviction or delete finds the pod gone.
         attempt = 0
+        sent_unanswered = False  # a write went out and its answer never came
         while True:
             with self._lock:
                 self.requests += 1
             try:
                 return _call(send)
             except ReconcileError as error:
+                if isinstance(error, Conflict) and sent_unanswered:
+                    error.after_lost_answer = True
                 wait = self.retry.delay(error, attempt, self._remaining())
                 if wait is None:
                     raise
+                if method != "GET" and isinstance(error, ClusterUnreachable):
+                    sent_unanswered = sent_unanswered or not isinstance(error, ConnectFailed)
                 with self._lock:
                     self.retries += 1
                 time.sleep(wait)
@@ -373,6 +397,17 @@ class Cluster:
         }
         return dict(self.request("PATCH", path, query=query, body=body, content_type=APPLY_PATCH))
 
+    def apply_created(self, resource: ApiResource, body: dict[str, Any], *, force: bool) -> bool:
+        """Server-side apply of an object planned as new: True when this request created
+        it (201), False when it already existed (200: someone else created it first)."""
+        metadata = body.get("metadata") or {}
+        path = resource.path(str(metadata.get("namespace") or ""), quote(str(metadata.get("name"))))
+        query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else None}
+        status, _ = self.request_with_status(
+            "PATCH", path, query=query, body=body, content_type=APPLY_PATCH
+        )
+        return status == 201
+
     # --- pods, budgets, evictions ---------------------------------------------------------
 
     def pods_on(self, node: str) -> list[dict[str, Any]]:
@@ -402,9 +437,13 @@ class Cluster:
         path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/eviction"
         self.request("POST", path, body=body)
 
-    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> None:
-        with contextlib.suppress(NotFound):  # already gone is what deleting wanted
+    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
+        """Delete; False when it was already gone (what deleting wanted, done by another)."""
+        try:
             self.request("DELETE", resource.path(namespace, quote(name)))
+        except NotFound:
+            return False
+        return True
 
 
 FIELD_MANAGER: Final = "reconcile"
@@ -422,6 +461,30 @@ class Discovery:
         if api_version not in self._lists:
             self._lists[api_version] = self._fetch(api_version)
         return (self._lists[api_version] or {}).get(kind)
+
+    def namespaced_listable(self) -> list[ApiResource]:
+        """Every namespaced kind the server lets one list (preferred versions): what a
+        namespace can hold."""
+        versions = ["v1"]
+        for group in self.cluster.request("GET", "/apis").get("groups") or ():
+            preferred = (group.get("preferredVersion") or {}).get("groupVersion")
+            if preferred:
+                versions.append(str(preferred))
+        found = []
+        for api_version in versions:
+            group, _, version = api_version.rpartition("/")
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            try:
+                document = self.cluster.request("GET", path)
+            except NotFound:
+                continue
+            for entry in document.get("resources") or ():
+                if "/" in entry.get("name", "") or not entry.get("namespaced"):
+                    continue
+                if "list" not in (entry.get("verbs") or ()):
+                    continue
+                found.append(ApiResource(group, version, entry["name"], entry["kind"], True))
+        return found
 
     def _fetch(self, api_version: str) -> dict[str, ApiResource] | None:
         group, _, version = api_version.rpartition("/")

@@ -120,7 +120,12 @@ class NotFound(ApiError):
 
 
 class Conflict(ApiError):
-    """409: a resourceVersion precondition failed, or a server-side apply field conflict."""
+    """409: a resourceVersion precondition failed, or a server-side apply field conflict.
+
+    `after_lost_answer` is set when an earlier try of the same write went out and its answer
+    was lost: the write that moved the resourceVersion may then have been our own."""
+
+    after_lost_answer: bool = False
 
 
 class Invalid(ApiError):
@@ -129,6 +134,15 @@ class Invalid(ApiError):
 
 class TooManyRequests(ApiError):
     """429: throttled, or an eviction refused by a PodDisruptionBudget."""
+
+
+class EmptyPrune(ReconcileError):
+    """`--prune` would delete everything reconcile manages: a person must say so."""
+
+
+class PlanRefused(ReconcileError):
+    """A saved plan that does not belong to this cluster or desired/ tree, or asks for
+    what neither desired/ nor the inventory can justify."""
 
 
 class StalePlan(ReconcileError):

@@ -18,6 +18,7 @@ Layout:
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import re
@@ -285,6 +286,7 @@ class _Loader:
         self.matrix: dict[str, MatrixRow] = {}
         self.manifests: list[Manifest] = []
         self._objects: dict[str, Source] = {}
+        self._digest = hashlib.sha256()  # of every file read, path and content
 
     def name(self, path: Path) -> str:
         """How a file is named in messages: relative to the working directory when inside it."""
@@ -326,11 +328,13 @@ class _Loader:
             nodes=dict(sorted(self.nodes.items())),
             matrix=tuple(sorted(self.matrix.values(), key=lambda r: r.tag)),
             manifests=tuple(self.manifests),
+            digest="sha256:" + self._digest.hexdigest(),
         )
 
     def _read(self, path: Path) -> str | None:
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
+            text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             self.problems.append(
                 diag.error("file is not UTF-8 text", Source(self.name(path)), str(e))
@@ -341,6 +345,9 @@ class _Loader:
                 diag.error("cannot read file", Source(self.name(path)), e.strerror or str(e))
             )
             return None
+        # Files are read in a stable order (_files), so the digest names the tree's content.
+        self._digest.update(path.relative_to(self.root).as_posix().encode() + b"\0")
+        self._digest.update(len(data).to_bytes(8, "big") + data)
         if not text.strip():
             self.problems.append(
                 diag.error(

@@ -164,10 +164,11 @@ def is_valid_image_tag(tag: str) -> bool:
     return bool(_IMAGE_TAG.fullmatch(tag))
 
 
-def json_schemas() -> dict[str, dict[str, Any]]:
-    """File name -> JSON Schema of every project kind, as `reconcile schemas` writes them."""
+def json_schemas(extra: dict[str, type[BaseModel]] | None = None) -> dict[str, dict[str, Any]]:
+    """File name -> JSON Schema of every project kind (and of `extra` kinds defined
+    elsewhere, such as the saved Plan), as `reconcile schemas` writes them."""
     schemas = {}
-    for kind, model in KINDS.items():
+    for kind, model in {**KINDS, **(extra or {})}.items():
         schema = model.model_json_schema()
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         schema["$id"] = f"https://{API_GROUP}/schemas/{kind.lower()}.schema.json"
@@ -242,6 +243,8 @@ class DesiredState:
     nodes: dict[str, DesiredNode] = field(default_factory=dict)
     matrix: tuple[MatrixRow, ...] = ()
     manifests: tuple[Manifest, ...] = ()
+    # sha256 of every file the state was read from (path and bytes): binds a saved plan.
+    digest: str = ""
 
     @property
     def matrix_tags(self) -> frozenset[str]:

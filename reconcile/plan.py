@@ -4,21 +4,27 @@ Every drifted node records the resourceVersion it was planned against, so a save
 can be refused as stale when its node moved on, and every write carries that version
 as a precondition. A node's plan also carries the new inventory annotation: the label
 keys reconcile manages there, which is what `--prune` may later remove and nothing else.
+
+A plan also names what it was made from: the cluster (API server URL and the UID of its
+`kube-system` namespace), the digest of the `desired/` tree, and a digest of its own body,
+so that a saved plan can be refused when it was edited or is applied elsewhere.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reconcile import drivers, labels
-from reconcile.diagnostics import ReconcileError
+from reconcile.diagnostics import EmptyPrune, ReconcileError
 from reconcile.diff import FieldChange, LabelChange, label_drift
 from reconcile.kinds import workload_id
-from reconcile.models import ApiResource, DesiredNode, DesiredState, LiveNode
+from reconcile.models import ApiResource, DesiredNode, DesiredState, LiveNode, json_schemas
 
 PLAN_API_VERSION: Final = "reconcile.dev/v1alpha1"
 # Like nfd-master's nfd.node.kubernetes.io/feature-labels: the keys this tool has set.
@@ -116,10 +122,31 @@ class ObjectPlan(_Frozen):
         return [f"{self.id} {c.shown_path} {c.shown_value}" for c in self.changes]
 
 
+class ClusterIdentity(_Frozen):
+    """Which cluster a plan was made against: a URL can move, a namespace UID cannot."""
+
+    server: str
+    kubeSystemUID: str
+
+
+_DIGEST: Final = r"^sha256:[0-9a-f]{64}$"
+
+
+def digest_of(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 class Plan(_Frozen):
     apiVersion: Literal["reconcile.dev/v1alpha1"] = PLAN_API_VERSION
     kind: Literal["Plan"] = "Plan"
+    cluster: ClusterIdentity | None = None
+    # The digest of the desired/ tree the plan was computed from (loader.tree_digest).
+    desiredDigest: str | None = None
+    # sha256 of the plan's canonical JSON without this field: an edited plan no longer matches.
+    digest: str | None = None
     prune: bool = False
+    allowEmptyPrune: bool = False
+    pruneNamespaceContents: bool = False
     forceConflicts: bool = False
     nodes: tuple[NodePlan, ...] = ()
     missingNodes: tuple[MissingNode, ...] = ()
@@ -168,22 +195,56 @@ class Plan(_Frozen):
             for change in node.changes:
                 yield node.name, change
 
+    def body_digest(self) -> str:
+        """The digest of everything in the plan but the digest itself."""
+        body = self.model_dump(mode="json", exclude={"digest"})
+        return digest_of(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+    def bound(self, cluster: ClusterIdentity, desired_digest: str) -> Plan:
+        """The plan with what it was made from recorded, and sealed with its own digest."""
+        unsealed = self.model_copy(
+            update={"cluster": cluster, "desiredDigest": desired_digest, "digest": None}
+        )
+        return unsealed.model_copy(update={"digest": unsealed.body_digest()})
+
     def save(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
 
     @classmethod
     def load(cls, path: Path) -> Plan:
+        """A saved plan, checked against plan.schema.json and its own digest."""
         try:
-            return cls.model_validate_json(path.read_bytes())
+            saved = SavedPlan.model_validate_json(path.read_bytes())
         except OSError as e:
             raise ReconcileError(f"cannot read plan {path}: {e.strerror}") from e
         except ValidationError as e:
             first = e.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in first["loc"])
+            where = ".".join(str(p) for p in first["loc"]) or "(document)"
             raise ReconcileError(
                 f"{path} is not a saved reconcile plan ({where}: {first['msg']}); "
                 "write one with `reconcile plan --out FILE`"
             ) from e
+        plan = cls.model_validate(saved.model_dump())
+        if plan.body_digest() != saved.digest:
+            raise ReconcileError(
+                f"{path} was changed after `reconcile plan` wrote it (its digest {saved.digest} "
+                f"does not match its content, {plan.body_digest()}): nothing was applied. "
+                "Run `reconcile plan --out FILE` again"
+            )
+        return plan
+
+
+class SavedPlan(Plan):
+    """A plan as a file: what it was made from is required (schemas/plan.schema.json)."""
+
+    cluster: ClusterIdentity
+    desiredDigest: str = Field(pattern=_DIGEST)
+    digest: str = Field(pattern=_DIGEST)
+
+
+def all_schemas() -> dict[str, dict[str, Any]]:
+    """Every published JSON Schema: the desired-state kinds and the saved plan."""
+    return json_schemas({"Plan": SavedPlan})
 
 
 def parse_inventory(annotations: dict[str, str]) -> frozenset[str]:
@@ -233,11 +294,21 @@ def overlay(live_labels: Mapping[str, str], changes: Iterable[LabelChange]) -> d
     return result
 
 
-def projected_labels(desired: DesiredState, live: Iterable[LiveNode]) -> dict[str, dict[str, str]]:
-    """Every node's labels as they will be after apply: live with desired laid over, and
-    for a node declared but not (yet) in the cluster, what desired declares."""
+def projected_labels(
+    desired: DesiredState, live: Iterable[LiveNode], planned: Iterable[NodePlan] | None = None
+) -> dict[str, dict[str, str]]:
+    """Every node's labels as they will be after apply, and for a node declared but not
+    (yet) in the cluster, what desired declares. With `planned`, the live labels with the
+    plan's own changes laid over, prunes included; without, desired laid over live."""
     projected = {node.name: dict(node.labels) for node in live}
+    if planned is not None:
+        for node_plan in planned:
+            projected[node_plan.name] = overlay(
+                projected.get(node_plan.name, {}), node_plan.changes
+            )
     for name, want in desired.nodes.items():
+        if planned is not None and name in projected:
+            continue
         labels_ = projected.setdefault(name, {})
         for key, value in want.labels.items():
             if value is None:
@@ -289,12 +360,14 @@ def plan_node(
     )
 
 
-def coverage_findings(desired: DesiredState, live: Iterable[LiveNode]) -> list[Finding]:
+def coverage_findings(
+    desired: DesiredState, live: Iterable[LiveNode], planned: Iterable[NodePlan] | None = None
+) -> list[Finding]:
     """GPU nodes whose driver image, after apply, is not in the support matrix."""
     if not desired.matrix:
         return []  # nothing declared to check against
     found = []
-    projected = projected_labels(desired, live)
+    projected = projected_labels(desired, live, planned)
     for item in drivers.coverage(projected.items(), desired.matrix_tags):
         if item.tag is None:
             found.append(
@@ -320,7 +393,42 @@ def coverage_findings(desired: DesiredState, live: Iterable[LiveNode]) -> list[F
     return found
 
 
-def build_plan(desired: DesiredState, live: Iterable[LiveNode], *, prune: bool = False) -> Plan:
+def _refuse_empty_label_prune(
+    desired: DesiredState, nodes: Iterable[NodePlan], live: Iterable[LiveNode]
+) -> None:
+    """Refuse a prune that removes every label the inventories of all nodes hold."""
+    managed = {
+        (node.name, key)
+        for node in live
+        for key in parse_inventory(node.annotations)
+        if key in node.labels
+    }
+    pruned = {
+        (node_plan.name, change.key)
+        for node_plan in nodes
+        for change in node_plan.changes
+        if change.after is None and change.key not in desired.nodes[node_plan.name].labels
+    } & managed
+    if pruned and pruned == managed:
+        shown = ", ".join(f"{node} {key}" for node, key in sorted(pruned)[:5])
+        more = f" and {len(pruned) - 5} more" if len(pruned) > 5 else ""
+        raise EmptyPrune(
+            f"--prune would remove all {len(pruned)} label(s) reconcile manages ({shown}{more}), "
+            "because desired/ declares none of them: nothing was changed. Check --desired; "
+            "to remove them all on purpose, pass --allow-empty-prune"
+        )
+
+
+def build_plan(
+    desired: DesiredState,
+    live: Iterable[LiveNode],
+    *,
+    prune: bool = False,
+    allow_empty_prune: bool = False,
+) -> Plan:
+    """Label drift of every declared node. With `prune`, also the removal of labels that
+    reconcile set and desired/ no longer declares; a prune of every such label is refused
+    (EmptyPrune) unless `allow_empty_prune`."""
     live = list(live)
     live_by_name = {node.name: node for node in live}
     nodes: list[NodePlan] = []
@@ -342,11 +450,14 @@ def build_plan(desired: DesiredState, live: Iterable[LiveNode], *, prune: bool =
                 for key in sorted(parse_inventory(node.annotations))
                 if key not in want.labels and key in node.labels
             )
+    if prune and not allow_empty_prune:
+        _refuse_empty_label_prune(desired, nodes, live)
     return Plan(
         prune=prune,
+        allowEmptyPrune=allow_empty_prune,
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         missingNodes=tuple(missing),
         prunable=tuple(prunable),
         warnings=tuple(warnings),
-        findings=tuple(coverage_findings(desired, live)),
+        findings=tuple(coverage_findings(desired, live, nodes)),
     )

@@ -235,9 +235,10 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
                 "applied": [_change_json(node, change) for node, change in result.lines()],
                 "failed": [{"node": n.name, "error": n.error} for n in result.failed],
                 "objects": [
-                    {"object": o.id, "lines": list(o.lines), "error": o.error}
+                    {"object": o.id, "lines": list(o.lines), "error": o.error, "note": o.note}
                     for o in result.objects
                 ],
+                "notes": [{"node": n.name, "note": n.note} for n in result.nodes if n.note],
                 "rejected": list(result.rejected),
                 "skipped": list(result.skipped),
                 "retries": result.retries,
@@ -257,6 +258,12 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
 
 
 def render_apply_failures(result: ApplyResult, err: TextIO) -> None:
+    for node in result.nodes:
+        if node.note:
+            err.write(f"note: {node.name}: {node.note}\n")
+    for obj in result.objects:
+        if obj.note:
+            err.write(f"note: {obj.id}: {obj.note}\n")
     for rejected in result.rejected:
         err.write(f"rejected: {rejected}\n")
     if result.rejected:

@@ -6,19 +6,26 @@ live object, both defaulted by the same server, so defaults never show as drift.
 object reconcile applies carries `app.kubernetes.io/managed-by: reconcile` and is
 recorded in an inventory (the ConfigMap `default/reconcile-inventory`); `--prune` deletes
 an object only if it is in that inventory, no longer in desired/, and still labelled.
+
+Pruning is guarded: deleting every object of the inventory at once (an empty checkout, a
+wrong --desired) needs --allow-empty-prune, and a Namespace is not pruned while desired/
+still declares objects in it, nor while it holds objects reconcile does not manage
+(unless --prune-namespace-contents).
 """
 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from reconcile import apivalidation
-from reconcile.diagnostics import ApiError, Conflict, Invalid, NotFound, ReconcileError
+from reconcile import diagnostics as diag
+from reconcile.diagnostics import ApiError, Conflict, Diagnostic, EmptyPrune, Invalid, NotFound
 from reconcile.diff import FieldChange, manifest_drift, object_drift
-from reconcile.kinds import apply_rank, workload_id
+from reconcile.kinds import BUILTIN_NAMESPACED, apply_rank, workload_id
 from reconcile.models import ApiResource, DesiredState, Manifest
 from reconcile.plan import Finding, ObjectPlan
 
@@ -33,12 +40,31 @@ NAMESPACES: Final = ApiResource("", "v1", "namespaces", "Namespace", False)
 
 # Findings that mean the API server would reject an object: apply then writes nothing.
 REJECTIONS: Final = frozenset(
-    {"object-conflict", "object-immutable", "object-invalid", "unknown-kind", "namespace-missing"}
+    {
+        "object-conflict",
+        "object-immutable",
+        "object-invalid",
+        "unknown-kind",
+        "namespace-missing",
+        "prune-namespace-in-use",
+        "prune-namespace-not-empty",
+    }
+)
+
+# What the control plane puts in every namespace by itself: not content a person made.
+NAMESPACE_DEFAULTS: Final = frozenset(
+    {("", "ServiceAccount", "default"), ("", "ConfigMap", "kube-root-ca.crt")}
+)
+# Kinds that record or mirror other objects rather than being made by anyone.
+NAMESPACE_BOOKKEEPING: Final = frozenset(
+    {("", "Event"), ("events.k8s.io", "Event"), ("", "Endpoints"), ("", "PodTemplate")}
 )
 
 
 class ResourceFinder(Protocol):
     def resource_for(self, api_version: str, kind: str) -> ApiResource | None: ...
+
+    def namespaced_listable(self) -> list[ApiResource]: ...
 
 
 class ObjectCluster(Protocol):
@@ -63,7 +89,11 @@ class ObjectCluster(Protocol):
         force: bool = False,
     ) -> dict[str, Any]: ...
 
-    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> None: ...
+    def apply_created(
+        self, resource: ApiResource, body: dict[str, Any], *, force: bool
+    ) -> bool: ...
+
+    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool: ...
 
 
 def applied_config(manifest: Manifest) -> dict[str, Any]:
@@ -131,9 +161,13 @@ def plan_objects(
     prune: bool = False,
     force: bool = False,
     recreate: bool = False,
+    allow_empty_prune: bool = False,
+    prune_namespace_contents: bool = False,
 ) -> ObjectPlanning:
     """Plan every manifest: one LIST per kind and namespace, one dry-run apply per object
-    that exists (and per new object whose namespace exists), then the prune candidates."""
+    that exists (and per new object whose namespace exists), then the prune candidates.
+    The inventory is read even when desired/ declares nothing, so that what a prune would
+    delete is always known."""
     planning = ObjectPlanning()
     discovery = cluster.discovery()
     targets = _targets(state.manifests, discovery, planning)
@@ -160,7 +194,16 @@ def plan_objects(
             _plan_create(target, cluster, declared_namespaces, planning, force=force)
         else:
             _plan_update(target, current, cluster, planning, force=force, recreate=recreate)
-    _plan_prune(state, targets, discovery, cluster, planning, prune=prune)
+    _plan_prune(
+        state,
+        targets,
+        discovery,
+        cluster,
+        planning,
+        prune=prune,
+        allow_empty_prune=allow_empty_prune,
+        prune_namespace_contents=prune_namespace_contents,
+    )
     return planning
 
 
@@ -349,6 +392,8 @@ def _plan_prune(
     planning: ObjectPlanning,
     *,
     prune: bool,
+    allow_empty_prune: bool,
+    prune_namespace_contents: bool,
 ) -> None:
     current = read_inventory(cluster)
     wanted = {
@@ -389,11 +434,128 @@ def _plan_prune(
                 resourceVersion=str(live["metadata"].get("resourceVersion") or ""),
             )
         )
+    if prunes and not allow_empty_prune and not wanted & set(current):
+        shown = ", ".join(p.id for p in prunes[:5]) + (
+            f" and {len(prunes) - 5} more" if len(prunes) > 5 else ""
+        )
+        raise EmptyPrune(
+            f"--prune would delete all {len(prunes)} object(s) reconcile manages ({shown}), "
+            "because desired/ declares none of them: nothing was changed. Check --desired; "
+            "to delete them all on purpose, pass --allow-empty-prune"
+        )
+    for pruned in (p for p in prunes if p.kind == "Namespace" and not p.namespaced):
+        planning.findings.extend(
+            _namespace_prune_findings(
+                pruned.name,
+                targets,
+                current,
+                discovery,
+                cluster,
+                prune_namespace_contents=prune_namespace_contents,
+            )
+        )
     prunes.sort(key=lambda p: (apply_rank(p.kind), p.kind, p.namespace, p.name), reverse=True)
     planning.objects.extend(prunes)
     inventory = tuple(sorted(kept))
     if state.manifests or current:
         planning.inventory = inventory if inventory != tuple(sorted(current)) else None
+
+
+def _namespace_prune_findings(
+    namespace: str,
+    targets: list[_Target],
+    inventory: Iterable[str],
+    discovery: ResourceFinder,
+    cluster: ObjectCluster,
+    *,
+    prune_namespace_contents: bool,
+) -> list[Finding]:
+    """Why deleting `namespace` would take more with it than the plan shows: objects
+    desired/ still declares there, or live objects reconcile does not manage."""
+    subject = workload_id("Namespace", "", namespace)
+    declared = sorted(t.id for t in targets if t.resource.namespaced and t.namespace == namespace)
+    if declared:
+        return [
+            Finding(
+                severity="error",
+                kind="prune-namespace-in-use",
+                subject=subject,
+                message=(
+                    f"desired/ no longer declares this namespace but still declares "
+                    f"{len(declared)} object(s) in it ({', '.join(declared)}): deleting it "
+                    "deletes them too. Declare the Namespace again, or remove those objects"
+                ),
+            )
+        ]
+    if prune_namespace_contents:
+        return []
+    managed = set()
+    for entry in inventory:
+        parsed = parse_inventory_entry(entry)
+        if parsed is not None and parsed[2] == namespace:
+            managed.add((parsed[0].rpartition("/")[0], parsed[1], parsed[3]))
+    others: Counter[str] = Counter()
+    unreadable: list[str] = []
+    for resource in discovery.namespaced_listable():
+        if (resource.group, resource.kind) in NAMESPACE_BOOKKEEPING:
+            continue
+        try:
+            items = cluster.list_objects(resource, namespace)
+        except ApiError:
+            unreadable.append(resource.plural)
+            continue
+        for item in items:
+            metadata = item.get("metadata") or {}
+            identity = (resource.group, resource.kind, str(metadata.get("name")))
+            if identity in managed or identity in NAMESPACE_DEFAULTS:
+                continue
+            if metadata.get("ownerReferences"):
+                continue  # goes with its owner, which is counted itself
+            others[resource.kind] += 1
+    if not others and not unreadable:
+        return []
+    parts = [f"{n} {kind}" for kind, n in sorted(others.items())]
+    if unreadable:
+        parts.append(f"unknown ({', '.join(sorted(unreadable))} could not be listed)")
+    return [
+        Finding(
+            severity="error",
+            kind="prune-namespace-not-empty",
+            subject=subject,
+            message=(
+                f"the namespace holds {sum(others.values())} object(s) reconcile does not "
+                f"manage ({', '.join(parts)}): deleting it deletes them too. Pass "
+                "--prune-namespace-contents to delete it anyway"
+            ),
+        )
+    ]
+
+
+def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
+    """Offline: namespaced objects whose namespace desired/ does not create may be fine
+    (the namespace may exist already); say so once per namespace, at its first object.
+    `plan` says whether it exists."""
+    created = {m.name for m in state.manifests if m.kind == "Namespace"}
+    users: dict[str, list[Manifest]] = {}
+    for manifest in state.manifests:
+        namespaced = BUILTIN_NAMESPACED.get((manifest.api_version, manifest.kind), True)
+        if not namespaced or not manifest.namespace:
+            continue
+        if manifest.namespace not in created and manifest.namespace not in SYSTEM_NAMESPACES:
+            users.setdefault(manifest.namespace, []).append(manifest)
+    return [
+        diag.warning(
+            f"namespace {namespace} is not created by desired/",
+            found[0].at(("metadata", "namespace")),
+            f"{len(found)} object(s) here live in it, so it must already exist in the cluster "
+            "(`reconcile plan` checks); declare a Namespace document to manage it",
+        )
+        for namespace, found in users.items()
+    ]
+
+
+# Namespaces every cluster has from its first moment.
+SYSTEM_NAMESPACES: Final = frozenset({"default", "kube-node-lease", "kube-public", "kube-system"})
 
 
 def inventory_object(entries: Iterable[str]) -> dict[str, Any]:
@@ -413,5 +575,16 @@ def rejections(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.kind in REJECTIONS]
 
 
-class ObjectApplyError(ReconcileError):
-    pass
+def replan_object(obj: ObjectPlan, cluster: ObjectCluster) -> ObjectPlan | None:
+    """An update planned again against the object as it is now (after a 409): the same
+    action with the live resourceVersion and changes, or None when it needs nothing."""
+    live = cluster.get_object(obj.resource, obj.namespace, obj.name)
+    config = obj.manifest or {}
+    if live is None:
+        return obj.model_copy(update={"action": "create", "resourceVersion": None, "changes": ()})
+    result = cluster.apply_object(obj.resource, config, dry_run=True)
+    changes = object_drift(config, live, result, owned=reconcile_fields(live))
+    if not changes:
+        return None
+    version = str((live.get("metadata") or {}).get("resourceVersion") or "")
+    return obj.model_copy(update={"resourceVersion": version, "changes": tuple(changes)})

@@ -177,7 +177,14 @@ def _tour(sandbox_cluster: TestCluster, work: Path, driver: TestCluster, driver_
     run_cli("apply", "--recreate", cwd=work, kubeconfig=kc)
     for path in (work / "desired" / "workloads").glob("*.yaml"):
         path.unlink()
-    pruned = run_cli("apply", "--prune", cwd=work, kubeconfig=kc)
+    pruned = run_cli(
+        "apply",
+        "--prune",
+        "--allow-empty-prune",
+        "--prune-namespace-contents",
+        cwd=work,
+        kubeconfig=kc,
+    )
     assert pruned.code == 0, pruned.stderr
     assert "Namespace//nfd-lab - " in pruned.lines
     # and back from nothing: namespaces, deployments, budgets and the inventory are created
@@ -484,7 +491,10 @@ def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
     location, version, schemas, requirements = probe.stdout.splitlines()
     assert location.startswith(str(venv))
     assert version == "0.1.0"
-    assert schemas == "['driversupportmatrix.schema.json', 'nodefeatures.schema.json']"
+    assert (
+        schemas
+        == "['driversupportmatrix.schema.json', 'nodefeatures.schema.json', 'plan.schema.json']"
+    )
     assert all(
         name in requirements for name in ("kubernetes", "pydantic", "ruamel.yaml", "deepdiff")
     )

@@ -103,8 +103,10 @@ def test_namespaces_go_first(empty: TestCluster, workdir: Path) -> None:
         for r in empty.sandbox.requests
         if r.verb == "patch" and "dryRun" not in r.query and r.resource != "nodes"
     ]
-    assert writes[:2] == [("namespaces", ""), ("namespaces", "")]
-    assert writes[-1] == ("configmaps", "default")  # the inventory, last
+    # The inventory first (what is about to be created is recorded before it exists),
+    # then the namespaces, and the inventory again, last.
+    assert writes[:3] == [("configmaps", "default"), ("namespaces", ""), ("namespaces", "")]
+    assert writes[-1] == ("configmaps", "default")
 
 
 def test_one_changed_field_is_planned_applied_and_then_in_sync(

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from reconcile.apply import ApplyResult, NodeResult, ObjectResult, apply_plan, check_fresh
-from reconcile.diagnostics import Source, StalePlan
+from reconcile.diagnostics import ReconcileError, Source, StalePlan
 from reconcile.diff import Action, LabelChange, label_drift
 from reconcile.models import DesiredNode, DesiredState, LiveNode
-from reconcile.plan import INVENTORY_ANNOTATION, Plan, build_plan
+from reconcile.plan import INVENTORY_ANNOTATION, ClusterIdentity, Plan, build_plan
 from reconcile.views import Format, render_apply, render_plan
 
 GOLDEN = Path(__file__).parents[1] / "golden"
@@ -122,10 +122,39 @@ def test_restoring_a_hand_edit_is_not_a_fight() -> None:
     assert build_plan(desired(n1={"nvidia.com/gpu.count": "2"}), [node]).warnings == ()
 
 
+CLUSTER = ClusterIdentity(server="https://127.0.0.1:6443", kubeSystemUID="4f1c-uid")
+TREE = "sha256:" + "ab" * 32
+
+
 def test_saved_plan_round_trips(tmp_path: Path) -> None:
-    plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {})])
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {})]).bound(CLUSTER, TREE)
     plan.save(tmp_path / "plan.json")
     assert Plan.load(tmp_path / "plan.json") == plan
+
+
+def test_a_plan_without_what_it_was_made_from_is_not_a_saved_plan(tmp_path: Path) -> None:
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {})])
+    plan.save(tmp_path / "plan.json")
+    with pytest.raises(ReconcileError, match=r"\(cluster: Input should be an object\)"):
+        Plan.load(tmp_path / "plan.json")
+
+
+@pytest.mark.parametrize("document", ["{}", '{"nodes": []}', "[]", '{"apiVersion": 1}'])
+def test_documents_that_are_not_plans_are_refused_with_the_schema_message(
+    tmp_path: Path, document: str
+) -> None:
+    (tmp_path / "plan.json").write_text(document)
+    with pytest.raises(ReconcileError, match="is not a saved reconcile plan"):
+        Plan.load(tmp_path / "plan.json")
+
+
+def test_an_edited_plan_no_longer_matches_its_digest(tmp_path: Path) -> None:
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {})]).bound(CLUSTER, TREE)
+    plan.save(tmp_path / "plan.json")
+    text = (tmp_path / "plan.json").read_text()
+    (tmp_path / "plan.json").write_text(text.replace('"after": "1"', '"after": "2"'))
+    with pytest.raises(ReconcileError, match="was changed after `reconcile plan` wrote it"):
+        Plan.load(tmp_path / "plan.json")
 
 
 def test_stale_check_names_the_node_and_both_versions() -> None:

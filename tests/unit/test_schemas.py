@@ -6,11 +6,13 @@ import json
 from pathlib import Path
 
 from reconcile.models import json_schemas
+from reconcile.plan import all_schemas
 from tests.support import REPO, run_cli
 
 
 def test_schema_files_match_the_models() -> None:
-    for name, schema in json_schemas().items():
+    assert "plan.schema.json" in all_schemas()
+    for name, schema in all_schemas().items():
         on_disk = json.loads((REPO / "schemas" / name).read_text())
         assert on_disk == schema, f"schemas/{name} is stale: run `reconcile schemas`"
 

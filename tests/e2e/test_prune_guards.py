@@ -1,0 +1,396 @@
+"""Nothing a reviewer did not see is destroyed: empty prunes, namespaces pruned from under
+their objects, prunes that strand workloads, and saved plans that were edited, made from
+another tree or for another cluster. Where reconcile refuses, the cluster is unchanged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconcile.plan import Plan
+from tests.conftest import ClusterFactory
+from tests.support import TestCluster, lab_objects, run_cli
+
+# What a snapshot reads: every kind the lab holds, in every namespace.
+_COLLECTIONS = (
+    "/api/v1/nodes",
+    "/api/v1/namespaces",
+    "/api/v1/pods",
+    "/api/v1/configmaps",
+    "/apis/apps/v1/deployments",
+    "/apis/apps/v1/replicasets",
+    "/apis/policy/v1/poddisruptionbudgets",
+)
+
+
+def snapshot(cluster: TestCluster) -> dict[str, str]:
+    """(collection, namespace, name) -> resourceVersion of everything in the cluster."""
+    found = {}
+    for path in _COLLECTIONS:
+        status, body = cluster.raw("GET", path)
+        assert status == 200, body
+        for item in body["items"]:
+            metadata = item["metadata"]
+            key = f"{path} {metadata.get('namespace', '')}/{metadata['name']}"
+            found[key] = metadata["resourceVersion"]
+    return found
+
+
+def _workloads(workdir: Path) -> Path:
+    return workdir / "desired" / "workloads"
+
+
+def _drop_documents(workdir: Path, file: str, *names: str) -> None:
+    path = _workloads(workdir) / file
+    documents = path.read_text().split("---\n")
+    kept = [d for d in documents if not any(f"name: {n}\n" in d for n in names)]
+    assert len(kept) == len(documents) - len(names)
+    path.write_text("---\n".join(kept))
+
+
+# --- 1. pruning everything needs a word from a person ------------------------------------
+
+
+def test_an_empty_workloads_directory_never_prunes_everything(
+    lab: TestCluster, workdir: Path
+) -> None:
+    for path in _workloads(workdir).glob("*.yaml"):
+        path.unlink()
+    before = snapshot(lab)
+
+    plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert "note: 11 object(s) applied by reconcile are no longer in desired/" in plan.stderr
+
+    for command in ("plan", "apply"):
+        refused = run_cli(command, "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
+        assert refused.code == 2, refused.stderr
+        assert refused.stdout == ""
+        [line] = refused.stderr.splitlines()
+        assert line.startswith("error: --prune would delete all 11 object(s) reconcile manages")
+        assert "pass --allow-empty-prune" in line
+    assert snapshot(lab) == before
+
+    allowed = run_cli(
+        "apply",
+        "--prune",
+        "--allow-empty-prune",
+        "--prune-namespace-contents",
+        cwd=workdir,
+        kubeconfig=lab.kubeconfig,
+    )
+    assert allowed.code == 0, allowed.stderr
+    assert "Namespace//nfd-lab - " in allowed.lines
+    assert lab.raw("GET", "/api/v1/namespaces/nfd-lab/pods/a100-job")[0] == 404
+
+
+def test_pruning_every_label_reconcile_manages_is_refused(lab: TestCluster, workdir: Path) -> None:
+    assert run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig).code == 0  # inventory
+    node_file = workdir / "desired" / "nodes" / "lab-node-1.yaml"
+    head = node_file.read_text().split("labels:")[0]
+    node_file.write_text(head + "labels: {}\n")
+    before = snapshot(lab)
+
+    refused = run_cli("apply", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert refused.code == 2
+    assert "--prune would remove all 13 label(s) reconcile manages" in refused.stderr
+    assert snapshot(lab) == before
+
+
+def test_a_desired_directory_that_does_not_exist_is_an_error(
+    lab: TestCluster, tmp_path: Path
+) -> None:
+    before = snapshot(lab)
+    for command in ("plan", "apply"):
+        result = run_cli(
+            command, "--prune", "--desired", "nowhere", cwd=tmp_path, kubeconfig=lab.kubeconfig
+        )
+        assert result.code == 2
+        assert "desired state directory not found: nowhere" in result.stderr
+    assert snapshot(lab) == before
+
+
+# --- 2. namespaces are not pruned out from under declared objects --------------------------
+
+
+def test_a_namespace_whose_objects_are_still_declared_is_not_pruned(
+    lab: TestCluster, workdir: Path
+) -> None:
+    _drop_documents(workdir, "nfd-lab.yaml", "nfd-lab")
+    before = snapshot(lab)
+
+    plan = run_cli("plan", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert plan.code == 1
+    assert "Namespace//nfd-lab - " in plan.lines
+    assert (
+        "error: Namespace//nfd-lab: desired/ no longer declares this namespace but still "
+        "declares 5 object(s) in it (Pod/nfd-lab/a100-job, " in plan.stderr
+    )
+
+    apply = run_cli("apply", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert apply.code == 2
+    assert apply.stdout == ""
+    assert "nothing was applied" in apply.stderr
+    assert snapshot(lab) == before
+
+
+def test_a_namespace_holding_objects_reconcile_does_not_manage_needs_a_flag(
+    lab: TestCluster, workdir: Path
+) -> None:
+    (_workloads(workdir) / "nfd-lab.yaml").unlink()
+    lab.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "someone-elses", "namespace": "nfd-lab"},
+            "data": {"k": "v"},
+        }
+    )
+    before = snapshot(lab)
+
+    refused = run_cli("apply", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert refused.code == 2
+    assert (
+        "Namespace//nfd-lab: the namespace holds 1 object(s) reconcile does not manage "
+        "(1 ConfigMap): deleting it deletes them too. Pass --prune-namespace-contents"
+    ) in refused.stderr
+    assert snapshot(lab) == before
+
+    allowed = run_cli(
+        "apply", "--prune", "--prune-namespace-contents", cwd=workdir, kubeconfig=lab.kubeconfig
+    )
+    assert allowed.code == 0, allowed.stderr
+    assert "Namespace//nfd-lab - " in allowed.lines
+    assert lab.raw("GET", "/api/v1/namespaces/nfd-lab")[0] in (404, 200)  # 200: terminating
+
+
+def test_validate_warns_about_a_namespace_desired_does_not_create(workdir: Path) -> None:
+    _drop_documents(workdir, "nfd-lab.yaml", "nfd-lab")
+    result = run_cli("validate", cwd=workdir)
+    assert result.code == 0
+    assert result.stderr == (
+        "desired/workloads/nfd-lab.yaml:6:14: warning: namespace nfd-lab is not created by "
+        "desired/: 5 object(s) here live in it, so it must already exist in the cluster "
+        "(`reconcile plan` checks); declare a Namespace document to manage it\n"
+    )
+
+
+# --- 3. a removal goes through the same impact checks as a change --------------------------
+
+
+def test_a_pruned_label_that_strands_a_workload_is_an_error_finding(
+    lab: TestCluster, workdir: Path
+) -> None:
+    lab.label("lab-node-0", **{"nvidia.com/gpu.count": "1"})  # drift: apply records inventory
+    assert run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig).code == 0
+    node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    node_file.write_text(node_file.read_text().replace("gpu.product:", "gpu.prodcut:"))
+
+    plan = run_cli("plan", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert "lab-node-0 nvidia.com/gpu.product -" in plan.lines
+    stranded = (
+        "error: Pod/nfd-lab/a100-job: no node will take it after apply: 0/3 nodes are "
+        "available: 3 node(s) didn't match Pod's node affinity/selector."
+    )
+    assert stranded in plan.stderr
+    assert "warning: Pod/nfd-lab/a100-job: keeps running on lab-node-0" in plan.stderr
+
+    # the same removal written as `null`: the very same findings
+    node_file.write_text(node_file.read_text() + "  nvidia.com/gpu.product: null\n")
+    explicit = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert "lab-node-0 nvidia.com/gpu.product -" in explicit.lines
+    assert [line for line in explicit.stderr.splitlines() if "a100-job" in line] == [
+        line for line in plan.stderr.splitlines() if "a100-job" in line
+    ]
+
+
+# --- 4. a saved plan is bound to its cluster, its tree and its own content -----------------
+
+
+def _saved(lab: TestCluster, workdir: Path, *args: str) -> Path:
+    out = workdir / "plan.json"
+    result = run_cli("plan", *args, "--out", str(out), cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert result.code in (0, 1), result.stderr
+    return out
+
+
+def _reseal(path: Path, edit: Any) -> None:
+    """Edit a saved plan as someone who knows the digest scheme would, and re-seal it."""
+    document = json.loads(path.read_text())
+    edit(document)
+    document["digest"] = None
+    plan = Plan.model_validate(document)
+    document["digest"] = plan.body_digest()
+    path.write_text(json.dumps(document))
+
+
+def test_a_saved_plan_records_what_it_was_made_from(lab: TestCluster, workdir: Path) -> None:
+    document = json.loads(_saved(lab, workdir).read_text())
+    assert document["cluster"]["server"].startswith("https://127.0.0.1:")
+    _, kube_system = lab.raw("GET", "/api/v1/namespaces/kube-system")
+    assert document["cluster"]["kubeSystemUID"] == kube_system["metadata"]["uid"]
+    assert document["desiredDigest"].startswith("sha256:")
+    assert Plan.model_validate(document).body_digest() == document["digest"]
+
+
+def test_an_edited_plan_is_refused_by_its_digest(lab: TestCluster, workdir: Path) -> None:
+    path = _saved(lab, workdir)
+    path.write_text(path.read_text().replace('"after": "2"', '"after": "3"'))
+    before = snapshot(lab)
+
+    result = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert result.code == 2
+    assert "was changed after `reconcile plan` wrote it" in result.stderr
+    assert snapshot(lab) == before
+
+
+def _value(doc: dict[str, Any]) -> None:
+    doc["nodes"][0]["changes"][0]["after"] = "8"
+
+
+def _node(doc: dict[str, Any]) -> None:
+    added = json.loads(json.dumps(doc["nodes"][0]))
+    added["name"] = "lab-node-7"
+    doc["nodes"].append(added)
+
+
+def _key(doc: dict[str, Any]) -> None:
+    change = dict(doc["nodes"][0]["changes"][0], key="example.com/backdoor", after="1")
+    doc["nodes"][0]["changes"].append(change)
+
+
+def _prune_kube_system(doc: dict[str, Any]) -> None:
+    doc["prune"] = True
+    doc["objects"].append(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "namespace": "",
+            "name": "kube-system",
+            "plural": "namespaces",
+            "namespaced": False,
+            "source": "",
+            "action": "prune",
+        }
+    )
+
+
+def _binding(doc: dict[str, Any]) -> None:
+    doc["objects"].append(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "namespace": "",
+            "name": "everyone-admin",
+            "plural": "clusterrolebindings",
+            "namespaced": False,
+            "source": "",
+            "action": "create",
+            "manifest": {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "everyone-admin"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "cluster-admin",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "x"}
+                ],
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (_value, "lab-node-1 nvidia.com/gpu.count 8"),
+        (_node, "lab-node-7: desired/ does not declare this node"),
+        (_key, "lab-node-1 example.com/backdoor 1"),
+        (_prune_kube_system, "Namespace//kube-system - (not in reconcile's inventory"),
+        (
+            _binding,
+            "ClusterRoleBinding//everyone-admin create (not the manifest desired/ declares)",
+        ),
+    ],
+    ids=["value", "node", "key", "prune", "create"],
+)
+def test_a_resealed_plan_is_refused_change_by_change(
+    lab: TestCluster, workdir: Path, edit: Any, named: str
+) -> None:
+    path = _saved(lab, workdir)
+    _reseal(path, edit)
+    before = snapshot(lab)
+
+    result = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert result.code == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: the plan asks for what desired/ and the inventory do not: ")
+    assert named in line
+    assert line.endswith(": nothing was applied")
+    assert snapshot(lab) == before
+
+
+def test_a_plan_from_another_tree_is_refused_naming_both_digests(
+    lab: TestCluster, workdir: Path
+) -> None:
+    path = _saved(lab, workdir)
+    made_from = json.loads(path.read_text())["desiredDigest"]
+    node_file = workdir / "desired" / "nodes" / "lab-node-2.yaml"
+    node_file.write_text(node_file.read_text() + "  # reviewed\n")
+    before = snapshot(lab)
+
+    result = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert result.code == 2
+    assert f"the plan was made from another desired/ tree ({made_from}) than the one here" in (
+        result.stderr
+    )
+    assert "Re-run `reconcile plan --out FILE`" in result.stderr
+    assert snapshot(lab) == before
+
+
+def test_a_plan_for_another_cluster_is_refused(
+    lab: TestCluster, make_cluster: ClusterFactory, workdir: Path
+) -> None:
+    path = _saved(lab, workdir)
+    other = make_cluster(lab_objects("lab"))
+    before = snapshot(other)
+
+    result = run_cli("apply", str(path), cwd=workdir, kubeconfig=other.kubeconfig)
+
+    assert result.code == 2
+    assert "error: the plan was made for another cluster" in result.stderr
+    assert snapshot(other) == before
+
+
+@pytest.mark.parametrize("document", ["{}", '{"nodes": []}'])
+def test_a_file_that_is_not_a_saved_plan_is_refused(
+    lab: TestCluster, workdir: Path, document: str
+) -> None:
+    (workdir / "plan.json").write_text(document)
+    before = snapshot(lab)
+
+    result = run_cli("apply", "plan.json", cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert result.code == 2
+    assert result.stderr == (
+        "error: plan.json is not a saved reconcile plan (cluster: Field required); "
+        "write one with `reconcile plan --out FILE`\n"
+    )
+    assert snapshot(lab) == before
+
+
+def test_an_untouched_saved_plan_applies(lab: TestCluster, workdir: Path) -> None:
+    path = _saved(lab, workdir)
+    result = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert result.code == 0, result.stderr
+    assert result.lines == ["lab-node-1 nvidia.com/gpu.count 2"]

@@ -5,12 +5,18 @@ another tree or for another cluster. Where reconcile refuses, the cluster is unc
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reconcile.apply import DONE_BY_OTHERS, apply_objects, apply_plan
 from reconcile.plan import Plan
+from reconcile.sandbox.errors import ApiStatus
+from reconcile.sandbox.server import FaultInjector, Route
 from tests.conftest import ClusterFactory
 from tests.support import TestCluster, lab_objects, run_cli
 
@@ -394,3 +400,114 @@ def test_an_untouched_saved_plan_applies(lab: TestCluster, workdir: Path) -> Non
     result = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
     assert result.code == 0, result.stderr
     assert result.lines == ["lab-node-1 nvidia.com/gpu.count 2"]
+
+
+# --- 5. the inventory is written before the objects it lists -------------------------------
+
+
+class _RefuseDeployments(FaultInjector):
+    """Forbids every write to Deployments: an apply that stops half-way, for good."""
+
+    def before(self, method: str, route: Route | None) -> ApiStatus | str | None:
+        if method == "PATCH" and route is not None and route.resource.plural == "deployments":
+            return ApiStatus(403, "Forbidden", 'deployments.apps "trainer" is forbidden: test')
+        return None
+
+
+def test_an_apply_that_stops_half_way_leaves_nothing_prune_cannot_find(
+    make_cluster: ClusterFactory, workdir: Path
+) -> None:
+    cluster = make_cluster([o for o in lab_objects("lab") if o["kind"] == "Node"])
+    if cluster.sandbox is None:
+        pytest.skip("injects a failure into the sandbox")
+    cluster.sandbox.server.faults = _RefuseDeployments()
+
+    failed = run_cli("apply", cwd=workdir, kubeconfig=cluster.kubeconfig)
+    assert failed.code == 2
+    assert "Pod/gpu-drv/cuda12-job + " in failed.lines  # created before the failure
+    assert "Deployment/gpu-drv/trainer: not applied" in failed.stderr
+
+    cluster.sandbox.server.faults = None
+    _drop_documents(workdir, "gpu-drv.yaml", "cuda12-job")
+    pruned = run_cli("apply", "--prune", cwd=workdir, kubeconfig=cluster.kubeconfig)
+
+    assert pruned.code == 0, pruned.stderr
+    assert "Pod/gpu-drv/cuda12-job - " in pruned.lines
+    assert cluster.raw("GET", "/api/v1/namespaces/gpu-drv/pods/cuda12-job")[0] == 404
+
+
+# --- 6. concurrent applies tell the truth --------------------------------------------------
+
+
+def test_two_applies_of_the_same_change_print_it_once(
+    make_cluster: ClusterFactory, workdir: Path
+) -> None:
+    """Both runs plan before either writes; the second finds every change made already."""
+    from reconcile.cli import PruneOptions, _full_plan
+    from reconcile.cluster import Cluster
+    from reconcile.loader import load_desired
+
+    cluster = make_cluster([o for o in lab_objects("lab") if o["kind"] == "Node"])
+    cluster.label("lab-node-1", **{"nvidia.com/gpu.count": "9"})
+    state, _ = load_desired(workdir / "desired")
+    runs = [Cluster.connect(str(cluster.kubeconfig)) for _ in range(2)]
+    plans = [_full_plan(c, state, PruneOptions(), force=False, recreate=False) for c in runs]
+    assert plans[0].nodes == plans[1].nodes
+    assert len(plans[0].objects) == 11
+
+    results = []
+    for plan, run in zip(plans, runs, strict=True):
+        nodes = apply_plan(plan, run, desired=state)
+        results.append((nodes, apply_objects(plan, run, saved=False)))
+
+    (first_nodes, first_objects), (second_nodes, second_objects) = results
+    assert [name for name, _ in first_nodes.lines()] == ["lab-node-1"]
+    assert len([line for o in first_objects for line in o.lines]) == 11
+    assert list(second_nodes.lines()) == []
+    assert [line for o in second_objects for line in o.lines] == []
+    assert second_nodes.ok and not any(o.error for o in second_objects)
+    assert [n.note for n in second_nodes.nodes] == [DONE_BY_OTHERS]
+    assert all(o.note and DONE_BY_OTHERS in o.note for o in second_objects)
+    for run in runs:
+        run.close()
+
+
+def test_two_applies_started_together_print_each_change_exactly_once(
+    make_cluster: ClusterFactory, workdir: Path
+) -> None:
+    cluster = make_cluster([o for o in lab_objects("lab") if o["kind"] == "Node"])
+    cluster.label("lab-node-1", **{"nvidia.com/gpu.count": "9"})
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "NO_COLOR": "1"}
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "reconcile", "apply"],
+            cwd=workdir,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120) for p in processes]
+
+    assert [p.returncode for p in processes] == [0, 0], [err for _, err in outputs]
+    printed = [line for out, _ in outputs for line in out.splitlines()]
+    assert sorted(printed) == sorted(
+        ["lab-node-1 nvidia.com/gpu.count 2", *(f"{w}" for w in _LAB_CREATES)]
+    )
+
+
+_LAB_CREATES = [
+    "Namespace//gpu-drv + ",
+    "Namespace//nfd-lab + ",
+    "PodDisruptionBudget/gpu-drv/trainer-pdb + ",
+    "Pod/gpu-drv/cuda12-job + ",
+    "Pod/gpu-drv/cuda13-job + ",
+    "Pod/nfd-lab/a100-job + ",
+    "Pod/nfd-lab/any-gpu-job + ",
+    "Pod/nfd-lab/gt-job + ",
+    "Pod/nfd-lab/or-job + ",
+    "Pod/nfd-lab/train-a + ",
+    "Deployment/gpu-drv/trainer + ",
+]

@@ -1,0 +1,82 @@
+"""The GitHub workflows and the deploy manifests agree, and the pull-request check fails on
+what must not merge: its plan step runs here, as bash, against the sandbox."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import REPO, TestCluster
+
+PRUNE_FLAGS = ("--prune", "--allow-empty-prune", "--prune-namespace-contents")
+
+
+def _step(workflow: str, name: str) -> dict[str, str]:
+    document = yaml.safe_load((REPO / ".github" / "workflows" / workflow).read_text())
+    [job] = document["jobs"].values()
+    [step] = [s for s in job["steps"] if s.get("name") == name]
+    return dict(step)
+
+
+def _prune_policy(words: list[str]) -> list[str]:
+    return [w for w in words if w in PRUNE_FLAGS]
+
+
+def test_the_apply_workflow_prunes_as_the_cronjob_does() -> None:
+    cronjob = yaml.safe_load((REPO / "deploy" / "cronjob.yaml").read_text())
+    [container] = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    script = _step("apply.yml", "apply")["run"]
+    [command] = [line for line in script.splitlines() if "reconcile apply" in line]
+    assert _prune_policy(container["args"]) == _prune_policy(command.split()) == ["--prune"]
+
+
+def test_the_plan_workflow_plans_with_the_apply_prune_policy() -> None:
+    script = _step("plan.yml", "plan")["run"]
+    [command] = [line for line in script.splitlines() if "reconcile plan --" in line]
+    assert _prune_policy(command.split()) == ["--prune"]
+
+
+def _run_plan_step(work: Path, kubeconfig: Path) -> tuple[int, str]:
+    """The workflow's plan step as the runner runs it: bash, with the kubeconfig secret."""
+    script = _step("plan.yml", "plan")["run"]
+    bin_dir = Path(sys.executable).parent
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(work),
+        "KUBECONFIG_DATA": kubeconfig.read_text(),
+        "RUNNER_TEMP": str(work),
+        "GITHUB_STEP_SUMMARY": str(work / "summary.md"),
+        "NO_COLOR": "1",
+    }
+    subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env, check=True, timeout=120)
+    return int((work / "plan.code").read_text()), (work / "comment.md").read_text()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="the workflow step is bash")
+def test_the_pull_request_check_fails_on_error_findings_not_on_drift(
+    lab: TestCluster, workdir: Path
+) -> None:
+    code, comment = _run_plan_step(workdir, lab.kubeconfig)
+    assert code == 1  # drift: gpu.count on lab-node-1
+    assert "| lab-node-1 | `nvidia.com/gpu.count` | `9` | `2` |" in comment
+
+    node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    node_file.write_text(node_file.read_text().replace("NVIDIA-A100-SXM4-40GB", "NVIDIA-H100"))
+    code, comment = _run_plan_step(workdir, lab.kubeconfig)
+    assert code == 3  # a100-job has nowhere to go: must not merge
+    assert "| **error** | `Pod/nfd-lab/a100-job` |" in comment
+
+
+def test_the_pull_request_comment_shows_validation_errors(lab: TestCluster, workdir: Path) -> None:
+    node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    node_file.write_text(node_file.read_text().replace('gpu.count: "4"', "gpu.count: 4"))
+    code, comment = _run_plan_step(workdir, lab.kubeconfig)
+    assert code == 2
+    assert "#### reconcile validate" in comment
+    assert "`desired/nodes/lab-node-0.yaml:16:" in comment

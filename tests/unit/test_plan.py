@@ -386,3 +386,50 @@ def test_apply_views_match_golden_files() -> None:
         _golden(
             name, out.getvalue() + ("---stderr---\n" + err.getvalue() if err.getvalue() else "")
         )
+
+
+GPU_LABELS = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/cuda.driver.major": "550",
+    "feature.node.kubernetes.io/kernel-version.full": "5.15.0-119-generic",
+    "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+    "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
+}
+
+
+def _matrix_state(labels: dict[str, str | None]) -> DesiredState:
+    from reconcile.models import MatrixRow
+
+    row = MatrixRow("550", "5.15.0-119-generic", "ubuntu22.04", Source("m.csv", 2, 1))
+    return DesiredState(
+        nodes={"g": DesiredNode("g", labels, Source("desired/nodes/g.yaml", 4, 9))},
+        matrix=(row,),
+    )
+
+
+@pytest.mark.parametrize("how", ["prune", "null"])
+def test_a_removed_driver_label_is_a_coverage_finding_whether_pruned_or_null(how: str) -> None:
+    kept = {k: v for k, v in GPU_LABELS.items() if k != "nvidia.com/cuda.driver.major"}
+    declared: dict[str, str | None] = dict(kept)
+    if how == "null":
+        declared["nvidia.com/cuda.driver.major"] = None
+    inventory = ",".join(sorted(GPU_LABELS))
+    node = live("g", dict(GPU_LABELS), **{INVENTORY_ANNOTATION: inventory})
+    plan = build_plan(_matrix_state(declared), [node], prune=True)
+    assert [(c.key, c.after) for n in plan.nodes for c in n.changes] == [
+        ("nvidia.com/cuda.driver.major", None)
+    ]
+    assert [(f.kind, f.subject) for f in plan.findings] == [("driver-tag-incomplete", "g")]
+
+
+def test_pruning_every_managed_label_is_refused_unless_allowed() -> None:
+    from reconcile.diagnostics import EmptyPrune
+
+    node = live("g", dict(GPU_LABELS), **{INVENTORY_ANNOTATION: ",".join(sorted(GPU_LABELS))})
+    with pytest.raises(EmptyPrune, match="would remove all 5 label"):
+        build_plan(desired(g={}), [node], prune=True)
+    allowed = build_plan(desired(g={}), [node], prune=True, allow_empty_prune=True)
+    assert len(allowed.nodes[0].changes) == 5
+    # declaring them all as null is a decision, not an empty prune
+    nulls = build_plan(desired(g=dict.fromkeys(GPU_LABELS)), [node], prune=True)
+    assert len(nulls.nodes[0].changes) == 5

@@ -56,6 +56,7 @@ NFD_DEFAULT_PREFIX: Final = "feature.node.kubernetes.io/"
 _STR: Final = "tag:yaml.org,2002:str"
 _NULL: Final = "tag:yaml.org,2002:null"
 _MERGE: Final = "tag:yaml.org,2002:merge"
+_NULL_SPELLINGS: Final = frozenset({"", "~", "null", "Null", "NULL"})
 _SCALAR_TAG_NAMES: Final = {
     "tag:yaml.org,2002:int": "an integer",
     "tag:yaml.org,2002:float": "a number",
@@ -65,6 +66,11 @@ _SCALAR_TAG_NAMES: Final = {
 }
 
 PathT = tuple[str | int, ...]
+
+# Deeper than any manifest a person writes (a pod template's affinity is about a dozen
+# levels; a CRD's schema a few dozen), and shallow enough that building the data never
+# comes near Python's recursion limit. libyaml itself stops at 1,000 levels.
+MAX_DEPTH: Final = 100
 
 
 # --- YAML with positions ---------------------------------------------------------------
@@ -115,6 +121,15 @@ class _Composer:
 
     def _value(self, node: Node, path: PathT, doc: YamlDocument, seen: set[int]) -> Any:
         doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if len(path) > MAX_DEPTH:
+            self.problems.append(
+                diag.error(
+                    f"nested deeper than {MAX_DEPTH} levels",
+                    self._where(node),
+                    "desired state is never nested this deep; flatten it",
+                )
+            )
+            return None
         if id(node) in seen:
             # Refusing anchors and aliases outright keeps every value reviewable in a
             # diff and makes "billion laughs" documents harmless: nothing is expanded.
@@ -181,9 +196,26 @@ class _Composer:
         if node.tag == _STR:
             return str(node.value)
         if node.tag in _SCALAR_TAG_NAMES:
+            try:
+                value = self._scalars.construct_object(node)
+                # PyYAML reads `!!null anything` as null: a hidden "must be absent".
+                if node.tag == _NULL and str(node.value) not in _NULL_SPELLINGS:
+                    raise ValueError(node.value)
+            except (yaml.YAMLError, ValueError, LookupError, AttributeError, TypeError):
+                # An explicit tag on text it cannot hold (`!!int abc`, `!!bool x`), or an
+                # integer too long for Python to convert.
+                self.problems.append(
+                    diag.error(
+                        f"YAML cannot read {_shown(str(node.value))} as "
+                        f"{_SCALAR_TAG_NAMES[node.tag]} ({_short_tag(node.tag)})",
+                        self._where(node),
+                        "quote it to keep it as text; an explicit tag must fit its value",
+                    )
+                )
+                return None
             if node.tag != _NULL:
                 doc.scalars[path] = (node.tag, str(node.value))
-            return self._scalars.construct_object(node)
+            return value
         self.problems.append(
             diag.error(
                 f"unsupported YAML tag {node.tag}",
@@ -192,6 +224,17 @@ class _Composer:
             )
         )
         return None
+
+
+def _shown(text: str, limit: int = 64) -> str:
+    """A scalar quoted for a message, cut when long (a 5,000-digit number, say)."""
+    return labels.go_quote(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _short_tag(tag: str) -> str:
+    """tag:yaml.org,2002:int -> !!int, as it is written."""
+    prefix = "tag:yaml.org,2002:"
+    return "!!" + tag[len(prefix) :] if tag.startswith(prefix) else tag
 
 
 def parse_yaml(text: str, file: str) -> tuple[list[YamlDocument], list[Diagnostic]]:

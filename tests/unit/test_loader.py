@@ -131,6 +131,43 @@ def test_unquoted_non_string_values_are_refused_with_a_quoting_hint(
     assert message.endswith(f'quote it to keep it exactly as written: "{written}"')
 
 
+@pytest.mark.parametrize(
+    ("written", "problem"),
+    [
+        ("!!int abc", 'YAML cannot read "abc" as an integer (!!int)'),
+        ("!!bool 'x'", 'YAML cannot read "x" as a boolean (!!bool)'),
+        ("!!timestamp abc", 'YAML cannot read "abc" as a date (!!timestamp)'),
+        ("!!float x", 'YAML cannot read "x" as a number (!!float)'),
+        ("!!null gone", 'YAML cannot read "gone" as null (!!null)'),
+        ("9" * 5000, 'YAML cannot read "' + "9" * 64 + '..." as an integer (!!int)'),
+    ],
+)
+def test_a_value_its_tag_cannot_hold_is_a_diagnostic(
+    tree: Path, written: str, problem: str
+) -> None:
+    node_file(tree, "n1", f"nvidia.com/cuda.driver.rev: {written}\n")
+
+    assert only_error(tree) == (
+        f"desired/nodes/n1.yaml:6:31: {problem}: "
+        "quote it to keep it as text; an explicit tag must fit its value"
+    )
+
+
+def test_deep_nesting_is_a_diagnostic_not_a_recursion_error(tree: Path) -> None:
+    write(tree / "workloads" / "deep.yaml", "a: " + "[" * 600 + "]" * 600 + "\n")
+
+    message = only_error(tree)
+
+    assert message.startswith("desired/workloads/deep.yaml:1:")
+    assert "nested deeper than 100 levels" in message
+
+
+def test_nesting_a_manifest_needs_is_accepted(tree: Path) -> None:
+    write(tree / "workloads" / "deep.yaml", "a: " + "[" * 99 + "]" * 99 + "\n")
+
+    assert "nested deeper" not in " ".join(errors(tree))
+
+
 def test_every_duplicate_key_is_reported_not_just_the_first(tree: Path) -> None:
     node_file(tree, "n1", 'a.io/x: "1"\na.io/y: "2"\na.io/x: "3"\na.io/y: "4"\n')
 

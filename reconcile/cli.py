@@ -732,7 +732,7 @@ def upgrade(
         if dry_run:
             for line in job.planned_steps(start, tag, evictions):
                 emit(line)
-            _desired_note(state, node, wanted, write=False, note=note)
+            _desired_note(g.desired, state, node, wanted, write=False, note=note)
             sys.exit(EXIT_OK)
         try:
             job.run(start, tag, evictions)
@@ -747,11 +747,12 @@ def upgrade(
             fail(
                 f"{e}: {node} stopped at {job.state or 'its previous state'}; rerun the same command to resume"
             )
-        _desired_note(state, node, wanted, write=write_desired, note=note)
+        _desired_note(g.desired, state, node, wanted, write=write_desired, note=note)
     sys.exit(EXIT_OK)
 
 
 def _desired_note(
+    root: Path,
     state: DesiredState,
     node: str,
     wanted: dict[str, str],
@@ -770,7 +771,7 @@ def _desired_note(
         return
     where = declared.source.file
     if write:
-        changed = write_labels(declared, stale)
+        changed = write_labels(root, declared, stale)
         note(f"{where}: set {', '.join(f'{k}={stale[k]}' for k in changed)}: commit it")
         return
     olds = ", ".join(f"{k}={declared.labels[k]}" for k in stale)
@@ -817,7 +818,8 @@ def import_command(
     """
     import difflib
 
-    from reconcile.loader import load_desired, new_node_file, render_labels
+    from reconcile.loader import load_desired, new_node_file, read_text, render_labels
+    from reconcile.safefiles import write_inside
 
     for prefix in prefixes:
         domain = prefix.split("/")[0] if "/" in prefix else ""
@@ -832,37 +834,63 @@ def import_command(
         state, problems = load_desired(g.desired) if g.desired.exists() else (None, [])
         if diag.has_errors(problems):
             raise InvalidInput(problems)
-        nodes = g.connect().list_nodes(label_selector=selector)
-    for node in sorted(nodes, key=lambda n: n.name):
-        values = {
-            k: v
-            for k, v in node.labels.items()
-            if k.startswith(keep) and not k.startswith(excluded)
+        nodes = sorted(g.connect().list_nodes(label_selector=selector), key=lambda n: n.name)
+        imported = {
+            node.name: {
+                k: v
+                for k, v in node.labels.items()
+                if k.startswith(keep) and not k.startswith(excluded)
+            }
+            for node in nodes
         }
-        declared = state.nodes.get(node.name) if state is not None else None
-        if declared is not None:
-            path = Path(declared.source.file)
-            changed, after = render_labels(declared, values)
-            if not changed:
-                continue
-            before = path.read_text(encoding="utf-8") if dry_run else ""
-        else:
-            path = g.desired / "nodes" / f"{node.name}.yaml"
-            before, after = "", new_node_file(node.name, values)
-        if dry_run:
-            _out().writelines(
-                difflib.unified_diff(
-                    before.splitlines(keepends=True),
-                    after.splitlines(keepends=True),
-                    fromfile=str(path) if before else "/dev/null",
-                    tofile=str(path),
+        # The names become file names and the labels YAML: whatever answered is checked
+        # with the API server's rules before anything is written.
+        for name, values in imported.items():
+            _check_imported(name, values)
+        for name, values in imported.items():
+            declared = state.nodes.get(name) if state is not None else None
+            if declared is not None:
+                path = Path(declared.source.file)
+                changed, after = render_labels(declared, values)
+                if not changed:
+                    continue
+                before = read_text(path) if dry_run else ""
+            else:
+                path = g.desired / "nodes" / f"{name}.yaml"
+                before, after = "", new_node_file(name, values)
+            if dry_run:
+                _out().writelines(
+                    difflib.unified_diff(
+                        before.splitlines(keepends=True),
+                        after.splitlines(keepends=True),
+                        fromfile=str(path) if before else "/dev/null",
+                        tofile=str(path),
+                    )
                 )
-            )
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(after, encoding="utf-8")
-        _out().write(f"{path} {len(values)} label(s)\n")
+                continue
+            write_inside(g.desired, path, after)
+            _out().write(f"{path} {len(values)} label(s)\n")
     sys.exit(EXIT_OK)
+
+
+def _check_imported(name: str, values: dict[str, str]) -> None:
+    """Refuse a node name or label the API server would not hold (from a proxy or a server
+    that does not validate): it would become a path outside desired/ or broken YAML."""
+    from reconcile import labels
+
+    problems = labels.is_dns1123_subdomain(name)
+    if problems:
+        fail(
+            f"the cluster returned node name {labels.go_quote(name)}, which is not a valid "
+            f"node name ({'; '.join(problems)}): nothing was written"
+        )
+    for key, value in values.items():
+        for problem in labels.label_errors({key: value}):
+            fail(
+                f"node {name}: the cluster returned label {labels.go_quote(key)}="
+                f"{labels.go_quote(value)}, which the API server's rules refuse "
+                f"({problem[1]}): nothing was written"
+            )
 
 
 @main.command()

@@ -30,7 +30,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from reconcile import apivalidation, labels
+from reconcile import apivalidation, labels, safefiles
 from reconcile import diagnostics as diag
 from reconcile.diagnostics import Diagnostic, Source
 from reconcile.kinds import BUILTIN_NAMESPACED, workload_id
@@ -342,7 +342,10 @@ class _Loader:
                 )
             )
             return DesiredState()
-        for path in _files(self.root):
+        for path, refused in safefiles.walk(self.root):
+            if refused is not None:
+                self._refuse(path, refused)
+                continue
             relative = path.relative_to(self.root)
             area = relative.parts[0] if len(relative.parts) > 1 else ""
             suffix = path.suffix.lower()
@@ -371,9 +374,23 @@ class _Loader:
             manifests=tuple(self.manifests),
         )
 
+    def _refuse(self, path: Path, what: str) -> None:
+        """A file that is not a regular file inside desired/: named, never opened."""
+        self.problems.append(
+            diag.error(
+                f"not a regular file: {what}",
+                Source(self.name(path), 1, 1),
+                "desired/ holds regular files only (no links, pipes or devices); "
+                "put the content itself here",
+            )
+        )
+
     def _read(self, path: Path) -> str | None:
         try:
-            text = path.read_text(encoding="utf-8")
+            text = safefiles.read_regular(path).decode("utf-8")
+        except safefiles.UnsafeFile as e:
+            self._refuse(path, str(e))
+            return None
         except UnicodeDecodeError as e:
             self.problems.append(
                 diag.error("file is not UTF-8 text", Source(self.name(path)), str(e))
@@ -692,16 +709,6 @@ def field_path(field: str) -> PathT:
     return tuple(path)
 
 
-def _files(root: Path) -> Iterator[Path]:
-    """Files under root in a stable order, skipping hidden files and directories."""
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root)
-        if any(part.startswith(".") for part in relative.parts):
-            continue
-        if path.is_file():
-            yield path
-
-
 def load_desired(root: Path) -> tuple[DesiredState, list[Diagnostic]]:
     """The desired state under `root` and every problem found in it, sorted by position."""
     loader = _Loader(root)
@@ -718,15 +725,19 @@ def _needs_quotes(value: str) -> bool:
     return resolved != _STR or value == "" or value != value.strip()
 
 
-def write_labels(node: DesiredNode, values: dict[str, str]) -> list[str]:
-    """Set `values` in the file that declares `node`, in place: comments, key order and
-    quoting survive (ruamel.yaml round-trip; `.env` files line by line). The keys whose
-    value changed."""
-    path = Path(node.source.file)
+def write_labels(root: Path, node: DesiredNode, values: dict[str, str]) -> list[str]:
+    """Set `values` in the file under `root` (desired/) that declares `node`, in place:
+    comments, key order and quoting survive (ruamel.yaml round-trip; `.env` files line by
+    line). The keys whose value changed. Never writes through a link or outside `root`."""
     changed, text = render_labels(node, values)
     if changed:
-        path.write_text(text, encoding="utf-8")
+        safefiles.write_inside(root, Path(node.source.file), text)
     return changed
+
+
+def read_text(path: Path) -> str:
+    """A file of desired/ as text, refusing anything but a regular file."""
+    return safefiles.read_regular(path).decode("utf-8")
 
 
 def render_labels(node: DesiredNode, values: dict[str, str]) -> tuple[list[str], str]:
@@ -740,7 +751,7 @@ def render_labels(node: DesiredNode, values: dict[str, str]) -> tuple[list[str],
     editor = YAML(typ="rt")
     editor.preserve_quotes = True
     editor.width = 4096
-    original = path.read_text(encoding="utf-8")
+    original = read_text(path)
     documents = list(editor.load_all(original))
     changed: list[str] = []
     for document in documents:
@@ -788,7 +799,7 @@ def new_node_file(
 
 
 def _render_env(path: Path, values: dict[str, str]) -> tuple[list[str], str]:
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = read_text(path).splitlines(keepends=True)
     changed: list[str] = []
     seen: set[str] = set()
     for index, line in enumerate(lines):

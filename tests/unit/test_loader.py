@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -451,3 +452,28 @@ def test_several_documents_in_one_file(tree: Path) -> None:
 
     assert problems == []
     assert sorted(state.nodes) == ["n1", "n2"]
+
+
+def test_links_pipes_and_devices_are_refused_at_line_one_without_being_read(
+    tree: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "kubeconfig"
+    secret.write_text("SECRET_TOKEN=abc123\n")
+    node_file(tree, "n1", 'a.io/x: "1"\n')
+    (tree / "nodes" / "kc.env").symlink_to(secret)
+    (tree / "nodes" / "same.yaml").symlink_to(tree / "nodes" / "n1.yaml")  # inside, still refused
+    (tree / "nodes" / "gone.env").symlink_to(tmp_path / "missing")
+    (tree / "workloads").symlink_to(tmp_path, target_is_directory=True)
+    os.mkfifo(tree / "nodes" / "pipe.env")  # opening it would block: it is never opened
+
+    state, problems = load_desired(tree)
+
+    detail = "desired/ holds regular files only (no links, pipes or devices); put the content itself here"
+    assert [str(p) for p in problems] == [
+        f"desired/nodes/gone.env:1:1: not a regular file: a symbolic link: {detail}",
+        f"desired/nodes/kc.env:1:1: not a regular file: a symbolic link: {detail}",
+        f"desired/nodes/pipe.env:1:1: not a regular file: a FIFO (named pipe): {detail}",
+        f"desired/nodes/same.yaml:1:1: not a regular file: a symbolic link: {detail}",
+        f"desired/workloads:1:1: not a regular file: a symbolic link: {detail}",
+    ]
+    assert list(state.nodes) == ["n1"]

@@ -231,6 +231,15 @@ def _errors_to_exit_codes() -> Iterator[None]:
         sys.exit(EXIT_SIGINT)
 
 
+def _check_node_name(node: str) -> None:
+    """A NODE argument that is not a valid node name never reaches a request path."""
+    from reconcile.apivalidation import name_problem
+
+    problem = name_problem(node, "node")
+    if problem:
+        fail(problem)
+
+
 def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState, list[Diagnostic]]:
     """desired/ loaded, and every problem with it: the files, then (when they load) the
     GPU label conventions and what can never schedule. `coverage_check` adds the
@@ -685,6 +694,7 @@ def upgrade(
     from reconcile import drivers
     from reconcile.upgrade import Upgrade, UpgradeFailed
 
+    _check_node_name(node)
     try:
         drivers.split_driver_version(version)
     except ValueError as e:
@@ -982,6 +992,8 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
 
     if bool(node) == all_nodes:
         fail("give a NODE or --all")
+    if node:
+        _check_node_name(node)
     with _errors_to_exit_codes():
         cluster = g.connect()
         if node:

@@ -31,12 +31,15 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
+from reconcile import apivalidation
+from reconcile.apivalidation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 from reconcile.diagnostics import (
     ApiError,
     ClusterUnreachable,
     ConfigError,
     Conflict,
     Invalid,
+    InvalidName,
     NotFound,
     ReconcileError,
     TooManyRequests,
@@ -329,12 +332,12 @@ class Cluster:
         return [node_from_json(item) for item in items]
 
     def get_node(self, name: str) -> LiveNode:
-        return node_from_json(self.request("GET", f"/api/v1/nodes/{quote(name)}"))
+        return node_from_json(self.request("GET", f"/api/v1/nodes/{node_segment(name)}"))
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
         """A JSON merge patch (null deletes); a resourceVersion in it is a precondition."""
         answer = self.request(
-            "PATCH", f"/api/v1/nodes/{quote(name)}", body=patch, content_type=MERGE_PATCH
+            "PATCH", f"/api/v1/nodes/{node_segment(name)}", body=patch, content_type=MERGE_PATCH
         )
         return node_from_json(answer)
 
@@ -345,14 +348,15 @@ class Cluster:
 
     def get_object(self, resource: ApiResource, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(self.request("GET", resource.path(namespace, quote(name))))
+            return dict(self.request("GET", _object_path(resource, namespace, name)))
         except NotFound:
             return None
 
     def list_objects(
         self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
-        return list(self.list_all(resource.path(namespace), labelSelector=label_selector))
+        path = resource.path(namespace_segment(namespace) if namespace else "")
+        return list(self.list_all(path, labelSelector=label_selector))
 
     def apply_object(
         self,
@@ -364,8 +368,9 @@ class Cluster:
     ) -> dict[str, Any]:
         """Server-side apply as field manager `reconcile` (conflicts are a 409 unless forced)."""
         metadata = body.get("metadata") or {}
-        name = quote(str(metadata.get("name")))
-        path = resource.path(str(metadata.get("namespace") or ""), name)
+        path = _object_path(
+            resource, str(metadata.get("namespace") or ""), str(metadata.get("name"))
+        )
         query = {
             "fieldManager": FIELD_MANAGER,
             "force": "true" if force else None,
@@ -377,18 +382,17 @@ class Cluster:
 
     def pods_on(self, node: str) -> list[dict[str, Any]]:
         """Every pod bound to `node`, all namespaces: one paginated LIST."""
+        node_segment(node)  # a name with a comma would add a selector of its own
         return list(self.list_all("/api/v1/pods", fieldSelector=f"spec.nodeName={node}"))
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(
-                self.request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}")
-            )
+            return dict(self.request("GET", _object_path(PODS, namespace, name)))
         except NotFound:
             return None
 
     def budgets(self, namespace: str) -> list[dict[str, Any]]:
-        path = f"/apis/policy/v1/namespaces/{quote(namespace)}/poddisruptionbudgets"
+        path = f"/apis/policy/v1/namespaces/{namespace_segment(namespace)}/poddisruptionbudgets"
         return list(self.list_all(path))
 
     def evict(self, namespace: str, name: str) -> None:
@@ -399,14 +403,40 @@ class Cluster:
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/eviction"
+        path = _object_path(PODS, namespace, name) + "/eviction"
         self.request("POST", path, body=body)
 
     def delete_object(self, resource: ApiResource, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFound):  # already gone is what deleting wanted
-            self.request("DELETE", resource.path(namespace, quote(name)))
+            self.request("DELETE", _object_path(resource, namespace, name))
 
 
+def node_segment(name: str) -> str:
+    """A node name as one URL path segment, after checking it is a valid node name."""
+    return _segment(name, "node", NAME_DNS_SUBDOMAIN)
+
+
+def namespace_segment(namespace: str) -> str:
+    return _segment(namespace, "namespace", NAME_DNS_LABEL)
+
+
+def _segment(name: str, what: str, rule: str) -> str:
+    # Names come from argv, desired/ and the cluster's own answers (pods on a node, the
+    # inventory): `../namespaces/kube-system` must never become another path.
+    problem = apivalidation.name_problem(name, what, rule)
+    if problem:
+        raise InvalidName(problem)
+    return quote(name, safe="")
+
+
+def _object_path(resource: ApiResource, namespace: str, name: str) -> str:
+    """The path of one object. Every kind's names are at least path segments (the rule
+    per kind is checked offline, on desired/); namespaces are DNS-1123 labels."""
+    segment = _segment(name, resource.kind, NAME_PATH_SEGMENT)
+    return resource.path(namespace_segment(namespace) if namespace else "", segment)
+
+
+PODS: Final = ApiResource("", "v1", "pods", "Pod", namespaced=True)
 FIELD_MANAGER: Final = "reconcile"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 

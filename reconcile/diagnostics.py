@@ -92,6 +92,10 @@ class ConfigError(ReconcileError):
     """No usable kubeconfig, context or credentials."""
 
 
+class InvalidName(ReconcileError):
+    """A node, namespace or object name the API server would refuse: never put in a URL."""
+
+
 class ClusterUnreachable(ReconcileError):
     """The API server could not be reached or did not answer in time."""
 

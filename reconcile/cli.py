@@ -208,9 +208,12 @@ def _err() -> TextIO:
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    """One `error:` line (whatever the message holds), then exit. A URL in it loses its
+    user info: a password embedded in the server URL is never printed."""
     from reconcile.views import severity_prefix
 
-    _err().write(f"{severity_prefix('error', sys.stderr)} {message}\n")
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    _err().write(f"{severity_prefix('error', sys.stderr)} {diag.without_userinfo(line)}\n")
     sys.exit(code)
 
 
@@ -268,7 +271,35 @@ def load_or_fail(g: Globals) -> DesiredState:
     return state
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Main(click.Group):
+    """The command group, with the last-resort handler: a bug is still exit 2 and one
+    `error:` line (never exit 1, which a pipeline reads as "drift"); the traceback
+    only with -v."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        _VERBOSITY[0] = 0  # set again by the command's -v/-q
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:
+            raise  # stdout went away (`| head`): click handles it
+        except Exception as e:
+            if _VERBOSITY[0] > 0:
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
+                hint = ""
+            else:
+                hint = " (run with -v for the traceback)"
+            text = str(e).splitlines()[0][:300] if str(e) else ""
+            fail(f"internal error: {type(e).__name__}: {text}{hint}")
+
+
+@click.group(
+    cls=_Main,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="reconcile", prog_name="reconcile")
 def main() -> None:
     """Git as the source of truth for GPU node labels, driver images and workloads.
@@ -326,6 +357,19 @@ def _full_plan(
     return the_plan.model_copy(update={"findings": (*the_plan.findings, *findings)})
 
 
+def _check_writable(path: Path) -> None:
+    """Fail now, before the cluster is asked anything, when `path` cannot be written."""
+    import os
+
+    directory = path.parent
+    if not directory.is_dir():
+        fail(f"cannot write the plan to {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
+        fail(f"cannot write the plan to {path}: permission denied")
+
+
 def _object_options(command: F) -> F:
     command = click.option(
         "--timeout",
@@ -375,6 +419,8 @@ def plan(
     (and `<kind>/<namespace>/<name> <field> <value>` for workload objects)."""
     from reconcile.views import render_plan
 
+    if out_file is not None:
+        _check_writable(out_file)
     with _errors_to_exit_codes():
         state = load_or_fail(g)
         cluster = g.connect(timeout)
@@ -382,7 +428,10 @@ def plan(
             g, cluster, state, prune=prune, force=force_conflicts, recreate=recreate
         )
         if out_file is not None:
-            the_plan.save(out_file)
+            try:
+                the_plan.save(out_file)
+            except OSError as e:
+                fail(f"cannot write the plan to {out_file}: {e.strerror or e}")
         render_plan(the_plan, g.output, _out(), _err(), show_owner=show_owner)
     sys.exit(EXIT_DRIFT if the_plan.needs_attention else EXIT_OK)
 

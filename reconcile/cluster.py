@@ -11,6 +11,7 @@ server's Status reason and message and never a header, token or kubeconfig conte
 
 from __future__ import annotations
 
+import binascii
 import contextlib
 import json
 import os
@@ -43,6 +44,7 @@ from reconcile.diagnostics import (
     NotFound,
     ReconcileError,
     TooManyRequests,
+    without_userinfo,
 )
 from reconcile.models import ApiResource, LiveNode
 
@@ -232,8 +234,13 @@ class Cluster:
                     "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, or create "
                     "~/.kube/config (or run `reconcile sandbox` for a local cluster)"
                 )
+        except ConfigError:
+            raise
         except ConfigException as e:
             raise ConfigError(f"cannot use kubeconfig: {_config_problem(e)}") from None
+        except Exception as e:  # what the client's YAML and base64 decoding raise
+            shown = ", ".join(paths) or "(in-cluster)"
+            raise ConfigError(f"cannot use kubeconfig {shown}: {_broken_config(e)}") from None
         configuration.retries = False  # retries are decided by reconcile, not urllib3
         api_client = ApiClient(configuration)
         api_client.user_agent = USER_AGENT
@@ -241,7 +248,8 @@ class Cluster:
 
     @property
     def server(self) -> str:
-        return str(self.api_client.configuration.host)
+        """The API server's URL as it may be shown: without a user or password in it."""
+        return without_userinfo(str(self.api_client.configuration.host))
 
     def close(self) -> None:
         self.api_client.close()
@@ -473,6 +481,23 @@ class Discovery:
 def _config_problem(error: ConfigException) -> str:
     # The loader's messages name files and contexts, never credentials.
     return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _broken_config(error: Exception) -> str:
+    """Why a kubeconfig could not be read, without quoting it: PyYAML's messages carry a
+    snippet of the offending line, which may be the line holding the token."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if mark is not None:
+        problem = getattr(error, "problem", None) or "malformed"
+        return f"malformed YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    if isinstance(error, binascii.Error):
+        return f"a *-data field is not valid base64 ({error})"
+    if isinstance(error, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(error, OSError):
+        return f"cannot read it or a file it names ({error.strerror})"
+    first = str(error).splitlines()[0] if str(error) else ""
+    return f"not a usable kubeconfig ({type(error).__name__}: {first})"
 
 
 def _load_kubeconfig(paths: list[str], context: str | None, configuration: Configuration) -> None:

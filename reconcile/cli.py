@@ -1103,7 +1103,7 @@ def report(g: Globals) -> None:
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
     tag and driver upgrade state, as shell-sourceable KEY=value lines."""
     from reconcile import drivers
-    from reconcile.views import write_json
+    from reconcile.views import render_report, write_json
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)
@@ -1132,13 +1132,18 @@ def report(g: Globals) -> None:
             _out(),
         )
     else:
-        out = _out()
-        out.write(f"NODES={len(nodes)}\nSKEW={skew}\nMATRIX_ROWS={len(state.matrix)}\n")
-        for item in per_node:
-            prefix = drivers.env_name(str(item["name"]))
-            out.write(
-                f"{prefix}_TAG={item['tag'] or ''}\n{prefix}_UPGRADE_STATE={item['upgradeState'] or ''}\n"
-            )
+        render_report(
+            [("NODES", len(nodes)), ("SKEW", skew), ("MATRIX_ROWS", len(state.matrix))],
+            [
+                (
+                    drivers.env_name(str(item["name"])),
+                    str(item["tag"] or ""),
+                    str(item["upgradeState"] or ""),
+                )
+                for item in per_node
+            ],
+            _out(),
+        )
     for covered in coverage.values():
         if covered.tag is None:
             _err().write(f"warning: {covered.problem}\n")

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import TestCluster, run_cli
+from reconcile.sandbox.resources import resource_for
+from tests.support import TestCluster, markdown_html, markdown_table_rows, run_cli
 
 NODE_RULE = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters"
 SECRET = "hostile-test-secret-3f9a1c"
@@ -276,3 +278,70 @@ def test_a_node_argument_that_is_not_a_node_name_sends_nothing(
     assert line.startswith(f'error: invalid node name "{node}": ')
     assert NODE_RULE in line
     assert sandbox_only.sandbox.requests == []
+
+
+def _plant(lab: TestCluster, node: str, labels: dict[str, str], *, name: str | None = None) -> None:
+    """Labels (and a name) written straight into the sandbox's store, past its validation:
+    the cluster as a proxy or a server that does not validate would show it."""
+    assert lab.sandbox is not None
+    key = resource_for("v1", "Node")
+    assert key is not None
+    stored = lab.sandbox.get("nodes", node)
+    assert stored is not None
+    stored["metadata"]["labels"].update(labels)
+    with lab.sandbox.store.lock:
+        if name is not None:
+            lab.sandbox.store.delete(key.key, ("", node))
+            stored["metadata"]["name"] = name
+        lab.sandbox.store.put(key.key, ("", stored["metadata"]["name"]), stored)
+
+
+HOSTILE_STATE = "`touch PWNED`; touch PWNED\n$(touch PWNED) 'it''s' \"x\""
+HOSTILE_KERNEL = "$(touch PWNED)|<b>"
+
+
+def test_sourcing_the_report_of_a_hostile_server_runs_nothing(
+    sandbox_only: TestCluster, workdir: Path
+) -> None:
+    _plant(
+        sandbox_only,
+        "lab-node-0",
+        {
+            "nvidia.com/gpu-driver-upgrade-state": HOSTILE_STATE,
+            "feature.node.kubernetes.io/kernel-version.full": HOSTILE_KERNEL,
+        },
+    )
+    _plant(sandbox_only, "lab-node-1", {}, name="$(touch PWNED)")
+
+    result = run_cli("report", cwd=workdir, kubeconfig=sandbox_only.kubeconfig)
+    assert result.code == 0, result.stderr
+    (workdir / "report.env").write_text(result.stdout)
+    script = (
+        ". ./report.env && printf '%s\\000' "
+        '"$LAB_NODE_0_UPGRADE_STATE" "$LAB_NODE_0_TAG" "$NODES" "$__TOUCH_PWNED__TAG"'
+    )
+    finished = subprocess.run(
+        ["sh", "-c", script], cwd=workdir, capture_output=True, check=True, timeout=30
+    )
+
+    state, tag, nodes, renamed = finished.stdout.decode().split("\0")[:-1]
+    assert state == HOSTILE_STATE
+    assert tag == f"550-{HOSTILE_KERNEL}-ubuntu22.04"
+    assert nodes == "2"
+    assert renamed.startswith("535-")
+    assert not (workdir / "PWNED").exists()
+
+
+def test_a_hostile_live_value_stays_in_its_markdown_cell(
+    sandbox_only: TestCluster, workdir: Path
+) -> None:
+    hostile = "9|`<img src=x onerror=alert(1)>`<!--"
+    _plant(sandbox_only, "lab-node-1", {"nvidia.com/gpu.count": hostile})
+
+    result = run_cli("plan", "-o", "markdown", cwd=workdir, kubeconfig=sandbox_only.kubeconfig)
+
+    assert result.code == 1, result.stderr
+    assert markdown_table_rows(result.stdout) == [
+        ["lab-node-1", "nvidia.com/gpu.count", hostile, "2", "gpu-feature-discovery"]
+    ]
+    assert markdown_html(result.stdout) == []

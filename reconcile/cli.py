@@ -877,12 +877,12 @@ def import_command(
     """
     import difflib
 
+    from reconcile import labels
     from reconcile.loader import load_desired, new_node_file, read_text, render_labels
     from reconcile.safefiles import write_inside
 
     for prefix in prefixes:
-        domain = prefix.split("/")[0] if "/" in prefix else ""
-        if domain != "feature.node.kubernetes.io" and domain.endswith(("kubernetes.io", "k8s.io")):
+        if labels.is_kubernetes_reserved(prefix):
             fail(
                 f"--prefix {prefix}: labels under kubernetes.io and k8s.io belong to the "
                 "kubelet and the cluster, not to desired/"
@@ -894,11 +894,15 @@ def import_command(
         if diag.has_errors(problems):
             raise InvalidInput(problems)
         nodes = sorted(g.connect().list_nodes(label_selector=selector), key=lambda n: n.name)
+        # Whatever --prefix says (`kubernetes`, `k`, ""), keys under kubernetes.io and
+        # k8s.io (the kubelet's, the cloud provider's, node-role) are never imported.
         imported = {
             node.name: {
                 k: v
                 for k, v in node.labels.items()
-                if k.startswith(keep) and not k.startswith(excluded)
+                if k.startswith(keep)
+                and not k.startswith(excluded)
+                and not labels.is_kubernetes_reserved(k)
             }
             for node in nodes
         }

@@ -677,6 +677,17 @@ class _Loader:
                     "remove metadata.namespace",
                 )
             )
+        if (manifest.api_version, manifest.kind) == ("v1", "Node"):
+            declared = (manifest.body.get("metadata") or {}).get("labels") or {}
+            found.extend(
+                diag.error(
+                    f"label key {labels.go_quote(key)} may not be declared: "
+                    + labels.KUBELET_OWNED_REASON,
+                    doc.at(("metadata", "labels", key), key=True),
+                )
+                for key in declared
+                if isinstance(key, str) and labels.is_kubelet_owned(key)
+            )
         group = manifest.api_version.rpartition("/")[0]
         for problem in apivalidation.validate_object(
             group, manifest.kind, manifest.body, namespaced=bool(namespaced)

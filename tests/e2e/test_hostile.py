@@ -100,6 +100,15 @@ DESIRED_CORPUS: dict[str, tuple[Callable[[Path, Path], object], str]] = {
         ),
         'desired/nodes/lab-node-1.yaml:18:25: YAML cannot read "abc" as a date',
     ),
+    "deleting a label the kubelet owns": (
+        lambda d, t: _replace(
+            d / "nodes" / "lab-node-1.yaml",
+            'gpu.count: "2"',
+            'gpu.count: "2"\n  kubernetes.io/os: null',
+        ),
+        'desired/nodes/lab-node-1.yaml:19:3: label key "kubernetes.io/os" may not be declared: '
+        "the kubelet (or cloud provider) rewrites it on every node; changing it breaks scheduling",
+    ),
     "600 levels of flow nesting": (
         lambda d, t: (d / "workloads" / "deep.yaml").write_text("a: " + "[" * 600 + "]" * 600),
         "desired/workloads/deep.yaml:1:104: nested deeper than 100 levels",

@@ -477,3 +477,67 @@ def test_links_pipes_and_devices_are_refused_at_line_one_without_being_read(
         f"desired/workloads:1:1: not a regular file: a symbolic link: {detail}",
     ]
     assert list(state.nodes) == ["n1"]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    ],
+)
+@pytest.mark.parametrize("value", ['"linux"', "null"])
+def test_labels_the_kubelet_owns_may_not_be_set_or_deleted(
+    tree: Path, key: str, value: str
+) -> None:
+    node_file(tree, "n1", f'a.io/x: "1"\n{key}: {value}\n')
+
+    assert only_error(tree) == (
+        f'desired/nodes/n1.yaml:7:3: label key "{key}" may not be declared: the kubelet '
+        "(or cloud provider) rewrites it on every node; changing it breaks scheduling"
+    )
+
+
+def test_kubelet_owned_labels_are_refused_in_env_files_and_node_manifests(tree: Path) -> None:
+    write(tree / "nodes" / "n2.env", "gpu=true\nkubernetes.io/os=windows\n")
+    write(
+        tree / "workloads" / "node.yaml",
+        """\
+        apiVersion: v1
+        kind: Node
+        metadata:
+          name: n3
+          labels:
+            topology.kubernetes.io/zone: z1
+        """,
+    )
+
+    reason = (
+        "the kubelet (or cloud provider) rewrites it on every node; changing it breaks scheduling"
+    )
+    assert errors(tree) == [
+        f'desired/nodes/n2.env:2:1: label key "kubernetes.io/os" may not be declared: {reason}',
+        'desired/workloads/node.yaml:6:5: label key "topology.kubernetes.io/zone" may not be '
+        f"declared: {reason}",
+    ]
+
+
+def test_node_role_labels_stay_allowed(tree: Path) -> None:
+    node_file(tree, "n1", 'node-role.kubernetes.io/gpu: ""\nnode-role.kubernetes.io/worker: null\n')
+
+    state, problems = load_desired(tree)
+
+    assert problems == []
+    assert state.nodes["n1"].labels == {
+        "node-role.kubernetes.io/gpu": "",
+        "node-role.kubernetes.io/worker": None,
+    }

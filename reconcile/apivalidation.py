@@ -151,7 +151,8 @@ def validate_annotations(values: Any, field: str) -> list[FieldError]:
     return errors
 
 
-def _name_errors(name: str, rule: str) -> list[str]:
+def name_errors(name: str, rule: str) -> list[str]:
+    """What is wrong with an object name under one of the API server's name rules."""
     if rule == NAME_DNS_LABEL:
         return labels.is_dns1123_label(name)
     if rule == NAME_PATH_SEGMENT:
@@ -159,6 +160,17 @@ def _name_errors(name: str, rule: str) -> list[str]:
             return [f"may not be '{name}'"]
         return [f"may not contain '{c}'" for c in "/%" if c in name]
     return labels.is_dns1123_subdomain(name)
+
+
+def name_problem(name: str, what: str, rule: str = NAME_DNS_SUBDOMAIN) -> str | None:
+    """`invalid node name "..": ...` when `name` breaks `rule`; None when it is valid.
+
+    Checked before a name goes into a request path: node names are DNS-1123 subdomains,
+    namespaces DNS-1123 labels, and any object name at least one path segment."""
+    problems = name_errors(name, rule) if name else ["may not be empty"]
+    if not problems:
+        return None
+    return f"invalid {what} name {labels.go_quote(name)}: {'; '.join(problems)}"
 
 
 def validate_object_meta(
@@ -174,7 +186,7 @@ def validate_object_meta(
     elif not isinstance(name, str):
         errors.append(invalid("metadata.name", name, "must be a string"))
     else:
-        errors += [invalid("metadata.name", name, msg) for msg in _name_errors(name, name_rule)]
+        errors += [invalid("metadata.name", name, msg) for msg in name_errors(name, name_rule)]
     namespace = metadata.get("namespace")
     if namespaced:
         if not namespace:

@@ -208,9 +208,12 @@ def _err() -> TextIO:
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    """One `error:` line (whatever the message holds), then exit. A URL in it loses its
+    user info: a password embedded in the server URL is never printed."""
     from reconcile.views import severity_prefix
 
-    _err().write(f"{severity_prefix('error', sys.stderr)} {message}\n")
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    _err().write(f"{severity_prefix('error', sys.stderr)} {diag.without_userinfo(line)}\n")
     sys.exit(code)
 
 
@@ -229,6 +232,15 @@ def _errors_to_exit_codes() -> Iterator[None]:
     except KeyboardInterrupt:
         _err().write("interrupted\n")
         sys.exit(EXIT_SIGINT)
+
+
+def _check_node_name(node: str) -> None:
+    """A NODE argument that is not a valid node name never reaches a request path."""
+    from reconcile.apivalidation import name_problem
+
+    problem = name_problem(node, "node")
+    if problem:
+        fail(problem)
 
 
 def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState, list[Diagnostic]]:
@@ -260,7 +272,35 @@ def load_or_fail(g: Globals) -> DesiredState:
     return state
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Main(click.Group):
+    """The command group, with the last-resort handler: a bug is still exit 2 and one
+    `error:` line (never exit 1, which a pipeline reads as "drift"); the traceback
+    only with -v."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        _VERBOSITY[0] = 0  # set again by the command's -v/-q
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:
+            raise  # stdout went away (`| head`): click handles it
+        except Exception as e:
+            if _VERBOSITY[0] > 0:
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
+                hint = ""
+            else:
+                hint = " (run with -v for the traceback)"
+            text = str(e).splitlines()[0][:300] if str(e) else ""
+            fail(f"internal error: {type(e).__name__}: {text}{hint}")
+
+
+@click.group(
+    cls=_Main,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="reconcile", prog_name="reconcile")
 def main() -> None:
     """Git as the source of truth for GPU node labels, driver images and workloads.
@@ -365,6 +405,19 @@ def _prune_options(command: F) -> F:
     )(command)
 
 
+def _check_writable(path: Path) -> None:
+    """Fail now, before the cluster is asked anything, when `path` cannot be written."""
+    import os
+
+    directory = path.parent
+    if not directory.is_dir():
+        fail(f"cannot write the plan to {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
+        fail(f"cannot write the plan to {path}: permission denied")
+
+
 def _object_options(command: F) -> F:
     command = click.option(
         "--timeout",
@@ -412,6 +465,8 @@ def plan(
     (and `<kind>/<namespace>/<name> <field> <value>` for workload objects)."""
     from reconcile.views import render_plan
 
+    if out_file is not None:
+        _check_writable(out_file)
     with _errors_to_exit_codes():
         state = load_or_fail(g)
         cluster = g.connect(timeout)
@@ -423,7 +478,10 @@ def plan(
             recreate=recreate,
         )
         if out_file is not None:
-            the_plan.save(out_file)
+            try:
+                the_plan.save(out_file)
+            except OSError as e:
+                fail(f"cannot write the plan to {out_file}: {e.strerror or e}")
         render_plan(the_plan, g.output, _out(), _err(), show_owner=show_owner)
     sys.exit(EXIT_DRIFT if the_plan.needs_attention else EXIT_OK)
 
@@ -761,6 +819,7 @@ def upgrade(
     from reconcile import drivers
     from reconcile.upgrade import Upgrade, UpgradeFailed
 
+    _check_node_name(node)
     try:
         drivers.split_driver_version(version)
     except ValueError as e:
@@ -808,7 +867,7 @@ def upgrade(
         if dry_run:
             for line in job.planned_steps(start, tag, evictions):
                 emit(line)
-            _desired_note(state, node, wanted, write=False, note=note)
+            _desired_note(g.desired, state, node, wanted, write=False, note=note)
             sys.exit(EXIT_OK)
         try:
             job.run(start, tag, evictions)
@@ -823,11 +882,12 @@ def upgrade(
             fail(
                 f"{e}: {node} stopped at {job.state or 'its previous state'}; rerun the same command to resume"
             )
-        _desired_note(state, node, wanted, write=write_desired, note=note)
+        _desired_note(g.desired, state, node, wanted, write=write_desired, note=note)
     sys.exit(EXIT_OK)
 
 
 def _desired_note(
+    root: Path,
     state: DesiredState,
     node: str,
     wanted: dict[str, str],
@@ -846,7 +906,7 @@ def _desired_note(
         return
     where = declared.source.file
     if write:
-        changed = write_labels(declared, stale)
+        changed = write_labels(root, declared, stale)
         note(f"{where}: set {', '.join(f'{k}={stale[k]}' for k in changed)}: commit it")
         return
     olds = ", ".join(f"{k}={declared.labels[k]}" for k in stale)
@@ -893,11 +953,12 @@ def import_command(
     """
     import difflib
 
-    from reconcile.loader import load_desired, new_node_file, render_labels
+    from reconcile import labels
+    from reconcile.loader import load_desired, new_node_file, read_text, render_labels
+    from reconcile.safefiles import write_inside
 
     for prefix in prefixes:
-        domain = prefix.split("/")[0] if "/" in prefix else ""
-        if domain != "feature.node.kubernetes.io" and domain.endswith(("kubernetes.io", "k8s.io")):
+        if labels.is_kubernetes_reserved(prefix):
             fail(
                 f"--prefix {prefix}: labels under kubernetes.io and k8s.io belong to the "
                 "kubelet and the cluster, not to desired/"
@@ -908,37 +969,67 @@ def import_command(
         state, problems = load_desired(g.desired) if g.desired.exists() else (None, [])
         if diag.has_errors(problems):
             raise InvalidInput(problems)
-        nodes = g.connect().list_nodes(label_selector=selector)
-    for node in sorted(nodes, key=lambda n: n.name):
-        values = {
-            k: v
-            for k, v in node.labels.items()
-            if k.startswith(keep) and not k.startswith(excluded)
+        nodes = sorted(g.connect().list_nodes(label_selector=selector), key=lambda n: n.name)
+        # Whatever --prefix says (`kubernetes`, `k`, ""), keys under kubernetes.io and
+        # k8s.io (the kubelet's, the cloud provider's, node-role) are never imported.
+        imported = {
+            node.name: {
+                k: v
+                for k, v in node.labels.items()
+                if k.startswith(keep)
+                and not k.startswith(excluded)
+                and not labels.is_kubernetes_reserved(k)
+            }
+            for node in nodes
         }
-        declared = state.nodes.get(node.name) if state is not None else None
-        if declared is not None:
-            path = Path(declared.source.file)
-            changed, after = render_labels(declared, values)
-            if not changed:
-                continue
-            before = path.read_text(encoding="utf-8") if dry_run else ""
-        else:
-            path = g.desired / "nodes" / f"{node.name}.yaml"
-            before, after = "", new_node_file(node.name, values)
-        if dry_run:
-            _out().writelines(
-                difflib.unified_diff(
-                    before.splitlines(keepends=True),
-                    after.splitlines(keepends=True),
-                    fromfile=str(path) if before else "/dev/null",
-                    tofile=str(path),
+        # The names become file names and the labels YAML: whatever answered is checked
+        # with the API server's rules before anything is written.
+        for name, values in imported.items():
+            _check_imported(name, values)
+        for name, values in imported.items():
+            declared = state.nodes.get(name) if state is not None else None
+            if declared is not None:
+                path = Path(declared.source.file)
+                changed, after = render_labels(declared, values)
+                if not changed:
+                    continue
+                before = read_text(path) if dry_run else ""
+            else:
+                path = g.desired / "nodes" / f"{name}.yaml"
+                before, after = "", new_node_file(name, values)
+            if dry_run:
+                _out().writelines(
+                    difflib.unified_diff(
+                        before.splitlines(keepends=True),
+                        after.splitlines(keepends=True),
+                        fromfile=str(path) if before else "/dev/null",
+                        tofile=str(path),
+                    )
                 )
-            )
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(after, encoding="utf-8")
-        _out().write(f"{path} {len(values)} label(s)\n")
+                continue
+            write_inside(g.desired, path, after)
+            _out().write(f"{path} {len(values)} label(s)\n")
     sys.exit(EXIT_OK)
+
+
+def _check_imported(name: str, values: dict[str, str]) -> None:
+    """Refuse a node name or label the API server would not hold (from a proxy or a server
+    that does not validate): it would become a path outside desired/ or broken YAML."""
+    from reconcile import labels
+
+    problems = labels.is_dns1123_subdomain(name)
+    if problems:
+        fail(
+            f"the cluster returned node name {labels.go_quote(name)}, which is not a valid "
+            f"node name ({'; '.join(problems)}): nothing was written"
+        )
+    for key, value in values.items():
+        for problem in labels.label_errors({key: value}):
+            fail(
+                f"node {name}: the cluster returned label {labels.go_quote(key)}="
+                f"{labels.go_quote(value)}, which the API server's rules refuse "
+                f"({problem[1]}): nothing was written"
+            )
 
 
 @main.command()
@@ -1030,6 +1121,8 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
 
     if bool(node) == all_nodes:
         fail("give a NODE or --all")
+    if node:
+        _check_node_name(node)
     with _errors_to_exit_codes():
         cluster = g.connect()
         if node:
@@ -1090,7 +1183,7 @@ def report(g: Globals) -> None:
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
     tag and driver upgrade state, as shell-sourceable KEY=value lines."""
     from reconcile import drivers
-    from reconcile.views import write_json
+    from reconcile.views import render_report, write_json
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)
@@ -1119,13 +1212,18 @@ def report(g: Globals) -> None:
             _out(),
         )
     else:
-        out = _out()
-        out.write(f"NODES={len(nodes)}\nSKEW={skew}\nMATRIX_ROWS={len(state.matrix)}\n")
-        for item in per_node:
-            prefix = drivers.env_name(str(item["name"]))
-            out.write(
-                f"{prefix}_TAG={item['tag'] or ''}\n{prefix}_UPGRADE_STATE={item['upgradeState'] or ''}\n"
-            )
+        render_report(
+            [("NODES", len(nodes)), ("SKEW", skew), ("MATRIX_ROWS", len(state.matrix))],
+            [
+                (
+                    drivers.env_name(str(item["name"])),
+                    str(item["tag"] or ""),
+                    str(item["upgradeState"] or ""),
+                )
+                for item in per_node
+            ],
+            _out(),
+        )
     for covered in coverage.values():
         if covered.tag is None:
             _err().write(f"warning: {covered.problem}\n")

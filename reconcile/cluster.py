@@ -11,6 +11,7 @@ server's Status reason and message and never a header, token or kubeconfig conte
 
 from __future__ import annotations
 
+import binascii
 import json
 import os
 import random
@@ -30,15 +31,19 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
+from reconcile import apivalidation
+from reconcile.apivalidation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 from reconcile.diagnostics import (
     ApiError,
     ClusterUnreachable,
     ConfigError,
     Conflict,
     Invalid,
+    InvalidName,
     NotFound,
     ReconcileError,
     TooManyRequests,
+    without_userinfo,
 )
 from reconcile.models import ApiResource, LiveNode
 
@@ -228,8 +233,13 @@ class Cluster:
                     "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, or create "
                     "~/.kube/config (or run `reconcile sandbox` for a local cluster)"
                 )
+        except ConfigError:
+            raise
         except ConfigException as e:
             raise ConfigError(f"cannot use kubeconfig: {_config_problem(e)}") from None
+        except Exception as e:  # what the client's YAML and base64 decoding raise
+            shown = ", ".join(paths) or "(in-cluster)"
+            raise ConfigError(f"cannot use kubeconfig {shown}: {_broken_config(e)}") from None
         configuration.retries = False  # retries are decided by reconcile, not urllib3
         api_client = ApiClient(configuration)
         api_client.user_agent = USER_AGENT
@@ -237,7 +247,8 @@ class Cluster:
 
     @property
     def server(self) -> str:
-        return str(self.api_client.configuration.host)
+        """The API server's URL as it may be shown: without a user or password in it."""
+        return without_userinfo(str(self.api_client.configuration.host))
 
     def identity(self) -> tuple[str, str]:
         """(API server URL, UID of the kube-system namespace): which cluster this is. The
@@ -353,12 +364,12 @@ class Cluster:
         return [node_from_json(item) for item in items]
 
     def get_node(self, name: str) -> LiveNode:
-        return node_from_json(self.request("GET", f"/api/v1/nodes/{quote(name)}"))
+        return node_from_json(self.request("GET", f"/api/v1/nodes/{node_segment(name)}"))
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
         """A JSON merge patch (null deletes); a resourceVersion in it is a precondition."""
         answer = self.request(
-            "PATCH", f"/api/v1/nodes/{quote(name)}", body=patch, content_type=MERGE_PATCH
+            "PATCH", f"/api/v1/nodes/{node_segment(name)}", body=patch, content_type=MERGE_PATCH
         )
         return node_from_json(answer)
 
@@ -369,14 +380,15 @@ class Cluster:
 
     def get_object(self, resource: ApiResource, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(self.request("GET", resource.path(namespace, quote(name))))
+            return dict(self.request("GET", _object_path(resource, namespace, name)))
         except NotFound:
             return None
 
     def list_objects(
         self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
-        return list(self.list_all(resource.path(namespace), labelSelector=label_selector))
+        path = resource.path(namespace_segment(namespace) if namespace else "")
+        return list(self.list_all(path, labelSelector=label_selector))
 
     def apply_object(
         self,
@@ -388,8 +400,9 @@ class Cluster:
     ) -> dict[str, Any]:
         """Server-side apply as field manager `reconcile` (conflicts are a 409 unless forced)."""
         metadata = body.get("metadata") or {}
-        name = quote(str(metadata.get("name")))
-        path = resource.path(str(metadata.get("namespace") or ""), name)
+        path = _object_path(
+            resource, str(metadata.get("namespace") or ""), str(metadata.get("name"))
+        )
         query = {
             "fieldManager": FIELD_MANAGER,
             "force": "true" if force else None,
@@ -401,7 +414,9 @@ class Cluster:
         """Server-side apply of an object planned as new: True when this request created
         it (201), False when it already existed (200: someone else created it first)."""
         metadata = body.get("metadata") or {}
-        path = resource.path(str(metadata.get("namespace") or ""), quote(str(metadata.get("name"))))
+        path = _object_path(
+            resource, str(metadata.get("namespace") or ""), str(metadata.get("name"))
+        )
         query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else None}
         status, _ = self.request_with_status(
             "PATCH", path, query=query, body=body, content_type=APPLY_PATCH
@@ -412,18 +427,17 @@ class Cluster:
 
     def pods_on(self, node: str) -> list[dict[str, Any]]:
         """Every pod bound to `node`, all namespaces: one paginated LIST."""
+        node_segment(node)  # a name with a comma would add a selector of its own
         return list(self.list_all("/api/v1/pods", fieldSelector=f"spec.nodeName={node}"))
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(
-                self.request("GET", f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}")
-            )
+            return dict(self.request("GET", _object_path(PODS, namespace, name)))
         except NotFound:
             return None
 
     def budgets(self, namespace: str) -> list[dict[str, Any]]:
-        path = f"/apis/policy/v1/namespaces/{quote(namespace)}/poddisruptionbudgets"
+        path = f"/apis/policy/v1/namespaces/{namespace_segment(namespace)}/poddisruptionbudgets"
         return list(self.list_all(path))
 
     def evict(self, namespace: str, name: str) -> None:
@@ -434,18 +448,44 @@ class Cluster:
             "kind": "Eviction",
             "metadata": {"name": name, "namespace": namespace},
         }
-        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(name)}/eviction"
+        path = _object_path(PODS, namespace, name) + "/eviction"
         self.request("POST", path, body=body)
 
     def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
         """Delete; False when it was already gone (what deleting wanted, done by another)."""
         try:
-            self.request("DELETE", resource.path(namespace, quote(name)))
+            self.request("DELETE", _object_path(resource, namespace, name))
         except NotFound:
             return False
         return True
 
 
+def node_segment(name: str) -> str:
+    """A node name as one URL path segment, after checking it is a valid node name."""
+    return _segment(name, "node", NAME_DNS_SUBDOMAIN)
+
+
+def namespace_segment(namespace: str) -> str:
+    return _segment(namespace, "namespace", NAME_DNS_LABEL)
+
+
+def _segment(name: str, what: str, rule: str) -> str:
+    # Names come from argv, desired/ and the cluster's own answers (pods on a node, the
+    # inventory): `../namespaces/kube-system` must never become another path.
+    problem = apivalidation.name_problem(name, what, rule)
+    if problem:
+        raise InvalidName(problem)
+    return quote(name, safe="")
+
+
+def _object_path(resource: ApiResource, namespace: str, name: str) -> str:
+    """The path of one object. Every kind's names are at least path segments (the rule
+    per kind is checked offline, on desired/); namespaces are DNS-1123 labels."""
+    segment = _segment(name, resource.kind, NAME_PATH_SEGMENT)
+    return resource.path(namespace_segment(namespace) if namespace else "", segment)
+
+
+PODS: Final = ApiResource("", "v1", "pods", "Pod", namespaced=True)
 FIELD_MANAGER: Final = "reconcile"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 
@@ -506,6 +546,23 @@ class Discovery:
 def _config_problem(error: ConfigException) -> str:
     # The loader's messages name files and contexts, never credentials.
     return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _broken_config(error: Exception) -> str:
+    """Why a kubeconfig could not be read, without quoting it: PyYAML's messages carry a
+    snippet of the offending line, which may be the line holding the token."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if mark is not None:
+        problem = getattr(error, "problem", None) or "malformed"
+        return f"malformed YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    if isinstance(error, binascii.Error):
+        return f"a *-data field is not valid base64 ({error})"
+    if isinstance(error, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(error, OSError):
+        return f"cannot read it or a file it names ({error.strerror})"
+    first = str(error).splitlines()[0] if str(error) else ""
+    return f"not a usable kubeconfig ({type(error).__name__}: {first})"
 
 
 def _load_kubeconfig(paths: list[str], context: str | None, configuration: Configuration) -> None:

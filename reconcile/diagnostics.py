@@ -9,6 +9,7 @@ reached, or a saved plan no longer matches it.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,15 @@ def relative(path: Path, base: Path | None = None) -> str:
         return str(path)
 
 
+# scheme://user:password@host: the user info, which may hold a password.
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@")
+
+
+def without_userinfo(text: str) -> str:
+    """`https://user:pass@host` -> `https://host`, wherever a URL appears in `text`."""
+    return _USERINFO.sub(r"\1", text)
+
+
 class ReconcileError(Exception):
     """Something stopped an operation; the message is for the user as it stands."""
 
@@ -90,6 +100,10 @@ class InvalidInput(ReconcileError):
 
 class ConfigError(ReconcileError):
     """No usable kubeconfig, context or credentials."""
+
+
+class InvalidName(ReconcileError):
+    """A node, namespace or object name the API server would refuse: never put in a URL."""
 
 
 class ClusterUnreachable(ReconcileError):

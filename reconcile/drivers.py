@@ -134,8 +134,10 @@ def split_driver_version(version: str) -> tuple[str, str, str]:
 
 
 def env_name(node: str) -> str:
-    """lab-node-1 -> LAB_NODE_1, for shell-sourceable report lines."""
-    return re.sub(r"[^A-Za-z0-9]", "_", node).upper()
+    """lab-node-1 -> LAB_NODE_1, for shell-sourceable report lines: always a valid shell
+    variable name, so a node named 10-0-0-1 becomes _10_0_0_1, never a command."""
+    name = re.sub(r"[^A-Za-z0-9]", "_", node).upper()
+    return f"_{name}" if not name or name[0].isdigit() else name
 
 
 def desired_diagnostics(state: DesiredState, *, coverage_check: bool) -> list[Diagnostic]:

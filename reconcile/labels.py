@@ -209,6 +209,44 @@ _GO_ESCAPES: Final = {
 }
 
 
+# --- labels the kubelet and the cloud provider own ------------------------------------------
+
+# Written by the kubelet at registration (and by the cloud controller) on every node, and
+# written back if changed: the scheduler, topology spread and every `nodeSelector` on
+# `kubernetes.io/os` rely on them. node-role.kubernetes.io/* is the cluster admin's.
+KUBELET_OWNED_KEYS: Final = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "node.kubernetes.io/instance-type",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    }
+)
+KUBELET_OWNED_PREFIXES: Final = ("topology.kubernetes.io/",)
+KUBELET_OWNED_REASON: Final = (
+    "the kubelet (or cloud provider) rewrites it on every node; changing it breaks scheduling"
+)
+
+
+def is_kubelet_owned(key: str) -> bool:
+    """Whether the kubelet or the cloud provider writes `key` on every node."""
+    return key in KUBELET_OWNED_KEYS or key.startswith(KUBELET_OWNED_PREFIXES)
+
+
+def is_kubernetes_reserved(key: str) -> bool:
+    """Whether `key` is under kubernetes.io or k8s.io (the kubelet's, the cluster's and
+    node-role keys), NFD's feature.node.kubernetes.io aside: never imported."""
+    domain, slash, _ = key.partition("/")
+    if not slash or domain == NFD_DEFAULT_NAMESPACE.rstrip("/"):
+        return False
+    return domain.endswith(("kubernetes.io", "k8s.io"))
+
+
 # --- provenance: who writes which label ----------------------------------------------------
 
 NFD: Final = "nfd-worker"

@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from reconcile import apivalidation, labels
+from reconcile import apivalidation, labels, safefiles
 from reconcile import diagnostics as diag
 from reconcile.diagnostics import Diagnostic, Source
 from reconcile.kinds import BUILTIN_NAMESPACED, workload_id
@@ -57,6 +57,7 @@ NFD_DEFAULT_PREFIX: Final = "feature.node.kubernetes.io/"
 _STR: Final = "tag:yaml.org,2002:str"
 _NULL: Final = "tag:yaml.org,2002:null"
 _MERGE: Final = "tag:yaml.org,2002:merge"
+_NULL_SPELLINGS: Final = frozenset({"", "~", "null", "Null", "NULL"})
 _SCALAR_TAG_NAMES: Final = {
     "tag:yaml.org,2002:int": "an integer",
     "tag:yaml.org,2002:float": "a number",
@@ -66,6 +67,11 @@ _SCALAR_TAG_NAMES: Final = {
 }
 
 PathT = tuple[str | int, ...]
+
+# Deeper than any manifest a person writes (a pod template's affinity is about a dozen
+# levels; a CRD's schema a few dozen), and shallow enough that building the data never
+# comes near Python's recursion limit. libyaml itself stops at 1,000 levels.
+MAX_DEPTH: Final = 100
 
 
 # --- YAML with positions ---------------------------------------------------------------
@@ -116,6 +122,15 @@ class _Composer:
 
     def _value(self, node: Node, path: PathT, doc: YamlDocument, seen: set[int]) -> Any:
         doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if len(path) > MAX_DEPTH:
+            self.problems.append(
+                diag.error(
+                    f"nested deeper than {MAX_DEPTH} levels",
+                    self._where(node),
+                    "desired state is never nested this deep; flatten it",
+                )
+            )
+            return None
         if id(node) in seen:
             # Refusing anchors and aliases outright keeps every value reviewable in a
             # diff and makes "billion laughs" documents harmless: nothing is expanded.
@@ -182,9 +197,26 @@ class _Composer:
         if node.tag == _STR:
             return str(node.value)
         if node.tag in _SCALAR_TAG_NAMES:
+            try:
+                value = self._scalars.construct_object(node)
+                # PyYAML reads `!!null anything` as null: a hidden "must be absent".
+                if node.tag == _NULL and str(node.value) not in _NULL_SPELLINGS:
+                    raise ValueError(node.value)
+            except (yaml.YAMLError, ValueError, LookupError, AttributeError, TypeError):
+                # An explicit tag on text it cannot hold (`!!int abc`, `!!bool x`), or an
+                # integer too long for Python to convert.
+                self.problems.append(
+                    diag.error(
+                        f"YAML cannot read {_shown(str(node.value))} as "
+                        f"{_SCALAR_TAG_NAMES[node.tag]} ({_short_tag(node.tag)})",
+                        self._where(node),
+                        "quote it to keep it as text; an explicit tag must fit its value",
+                    )
+                )
+                return None
             if node.tag != _NULL:
                 doc.scalars[path] = (node.tag, str(node.value))
-            return self._scalars.construct_object(node)
+            return value
         self.problems.append(
             diag.error(
                 f"unsupported YAML tag {node.tag}",
@@ -193,6 +225,17 @@ class _Composer:
             )
         )
         return None
+
+
+def _shown(text: str, limit: int = 64) -> str:
+    """A scalar quoted for a message, cut when long (a 5,000-digit number, say)."""
+    return labels.go_quote(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _short_tag(tag: str) -> str:
+    """tag:yaml.org,2002:int -> !!int, as it is written."""
+    prefix = "tag:yaml.org,2002:"
+    return "!!" + tag[len(prefix) :] if tag.startswith(prefix) else tag
 
 
 def parse_yaml(text: str, file: str) -> tuple[list[YamlDocument], list[Diagnostic]]:
@@ -301,7 +344,10 @@ class _Loader:
                 )
             )
             return DesiredState()
-        for path in _files(self.root):
+        for path, refused in safefiles.walk(self.root):
+            if refused is not None:
+                self._refuse(path, refused)
+                continue
             relative = path.relative_to(self.root)
             area = relative.parts[0] if len(relative.parts) > 1 else ""
             suffix = path.suffix.lower()
@@ -331,10 +377,24 @@ class _Loader:
             digest="sha256:" + self._digest.hexdigest(),
         )
 
+    def _refuse(self, path: Path, what: str) -> None:
+        """A file that is not a regular file inside desired/: named, never opened."""
+        self.problems.append(
+            diag.error(
+                f"not a regular file: {what}",
+                Source(self.name(path), 1, 1),
+                "desired/ holds regular files only (no links, pipes or devices); "
+                "put the content itself here",
+            )
+        )
+
     def _read(self, path: Path) -> str | None:
         try:
-            data = path.read_bytes()
+            data = safefiles.read_regular(path)
             text = data.decode("utf-8")
+        except safefiles.UnsafeFile as e:
+            self._refuse(path, str(e))
+            return None
         except UnicodeDecodeError as e:
             self.problems.append(
                 diag.error("file is not UTF-8 text", Source(self.name(path)), str(e))
@@ -624,6 +684,17 @@ class _Loader:
                     "remove metadata.namespace",
                 )
             )
+        if (manifest.api_version, manifest.kind) == ("v1", "Node"):
+            declared = (manifest.body.get("metadata") or {}).get("labels") or {}
+            found.extend(
+                diag.error(
+                    f"label key {labels.go_quote(key)} may not be declared: "
+                    + labels.KUBELET_OWNED_REASON,
+                    doc.at(("metadata", "labels", key), key=True),
+                )
+                for key in declared
+                if isinstance(key, str) and labels.is_kubelet_owned(key)
+            )
         group = manifest.api_version.rpartition("/")[0]
         for problem in apivalidation.validate_object(
             group, manifest.kind, manifest.body, namespaced=bool(namespaced)
@@ -656,16 +727,6 @@ def field_path(field: str) -> PathT:
     return tuple(path)
 
 
-def _files(root: Path) -> Iterator[Path]:
-    """Files under root in a stable order, skipping hidden files and directories."""
-    for path in sorted(root.rglob("*")):
-        relative = path.relative_to(root)
-        if any(part.startswith(".") for part in relative.parts):
-            continue
-        if path.is_file():
-            yield path
-
-
 def load_desired(root: Path) -> tuple[DesiredState, list[Diagnostic]]:
     """The desired state under `root` and every problem found in it, sorted by position."""
     loader = _Loader(root)
@@ -682,15 +743,19 @@ def _needs_quotes(value: str) -> bool:
     return resolved != _STR or value == "" or value != value.strip()
 
 
-def write_labels(node: DesiredNode, values: dict[str, str]) -> list[str]:
-    """Set `values` in the file that declares `node`, in place: comments, key order and
-    quoting survive (ruamel.yaml round-trip; `.env` files line by line). The keys whose
-    value changed."""
-    path = Path(node.source.file)
+def write_labels(root: Path, node: DesiredNode, values: dict[str, str]) -> list[str]:
+    """Set `values` in the file under `root` (desired/) that declares `node`, in place:
+    comments, key order and quoting survive (ruamel.yaml round-trip; `.env` files line by
+    line). The keys whose value changed. Never writes through a link or outside `root`."""
     changed, text = render_labels(node, values)
     if changed:
-        path.write_text(text, encoding="utf-8")
+        safefiles.write_inside(root, Path(node.source.file), text)
     return changed
+
+
+def read_text(path: Path) -> str:
+    """A file of desired/ as text, refusing anything but a regular file."""
+    return safefiles.read_regular(path).decode("utf-8")
 
 
 def render_labels(node: DesiredNode, values: dict[str, str]) -> tuple[list[str], str]:
@@ -704,7 +769,7 @@ def render_labels(node: DesiredNode, values: dict[str, str]) -> tuple[list[str],
     editor = YAML(typ="rt")
     editor.preserve_quotes = True
     editor.width = 4096
-    original = path.read_text(encoding="utf-8")
+    original = read_text(path)
     documents = list(editor.load_all(original))
     changed: list[str] = []
     for document in documents:
@@ -752,7 +817,7 @@ def new_node_file(
 
 
 def _render_env(path: Path, values: dict[str, str]) -> tuple[list[str], str]:
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = read_text(path).splitlines(keepends=True)
     changed: list[str] = []
     seen: set[str] = set()
     for index, line in enumerate(lines):

@@ -37,6 +37,14 @@ def _check_label_key(key: str) -> str:
             "invalid label key {key}: {problems}",
             {"key": labels.go_quote(key), "problems": "; ".join(problems)},
         )
+    if labels.is_kubelet_owned(key):
+        # Declared with a value or with null alike: setting it and deleting it both fight
+        # the kubelet, which writes it back, and move pods that select on it meanwhile.
+        raise PydanticCustomError(
+            "label_key_owned",
+            "label key {key} may not be declared: {reason}",
+            {"key": labels.go_quote(key), "reason": labels.KUBELET_OWNED_REASON},
+        )
     return key
 
 

@@ -248,8 +248,11 @@ def all_schemas() -> dict[str, dict[str, Any]]:
 
 
 def parse_inventory(annotations: dict[str, str]) -> frozenset[str]:
+    """The label keys reconcile manages on a node. Never one the kubelet or the cloud
+    provider owns, whatever the annotation says (an older desired/ could declare them;
+    anyone can edit the annotation): `--prune` must not delete kubernetes.io/os."""
     raw = annotations.get(INVENTORY_ANNOTATION, "")
-    return frozenset(key for key in raw.split(",") if key)
+    return frozenset(key for key in raw.split(",") if key and not labels.is_kubelet_owned(key))
 
 
 def owned(

@@ -10,9 +10,12 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
+import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
+from reconcile import labels
 from reconcile.apply import ApplyResult
 from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.diff import LabelChange
@@ -50,9 +53,30 @@ def render_findings(
         write_json({"ok": not lines, "findings": list(documents)}, out)
     elif fmt is Format.MARKDOWN:
         out.write(f"#### reconcile {title}\n\n")
-        out.write("".join(f"- `{line}`\n" for line in lines) if lines else "OK\n")
+        out.write("".join(f"- {_code(line, cell=False)}\n" for line in lines) if lines else "OK\n")
     else:
         out.write("".join(f"{line}\n" for line in lines) if lines else "OK\n")
+
+
+# --- report --------------------------------------------------------------------------------
+
+
+def sh_value(value: str) -> str:
+    """A value as `sh` reads it back unchanged: as it is when it is a plain token
+    (`550-5.15.0-119-generic-ubuntu22.04`), single-quoted otherwise. Label values from a
+    proxy or a server that does not validate can hold `$(...)`, backticks or newlines."""
+    return shlex.quote(value) if value else ""
+
+
+def render_report(
+    counts: Sequence[tuple[str, int]], per_node: Sequence[tuple[str, str, str]], out: TextIO
+) -> None:
+    """`KEY=value` lines safe to `source`: the counts, then TAG and UPGRADE_STATE per node
+    (variable name from the node's name, value quoted by `sh_value`)."""
+    for key, number in counts:
+        out.write(f"{key}={number}\n")
+    for prefix, tag, state in per_node:
+        out.write(f"{prefix}_TAG={sh_value(tag)}\n{prefix}_UPGRADE_STATE={sh_value(state)}\n")
 
 
 # --- diagnostics ---------------------------------------------------------------------------
@@ -105,7 +129,7 @@ def render_validation(
             return
         out.write(f"{errors} error(s), {warnings} warning(s).\n\n")
         for d in diagnostics:
-            where = f"`{d.source}` " if d.source else ""
+            where = f"{_code(str(d.source), cell=False)} " if d.source else ""
             out.write(f"- **{d.severity}** {where}{_md(d.message)}\n")
         return
     render_diagnostics(diagnostics, err)
@@ -168,36 +192,39 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
         out.write("| | Subject | Finding |\n| --- | --- | --- |\n")
         for finding in plan.findings:
             mark = "**error**" if finding.severity == "error" else "warning"
-            out.write(f"| {mark} | `{finding.subject}` | {_md(finding.message)} |\n")
+            out.write(f"| {mark} | {_code(finding.subject)} | {_md(finding.message)} |\n")
         out.write("\n")
     if changes:
         out.write("| Node | Label | Live | Desired | Owner |\n| --- | --- | --- | --- | --- |\n")
         for node, change in changes:
             out.write(
-                f"| {node} | `{change.key}` | {_md_value(change.before)} | "
-                f"{_md_value(change.after)} | {change.owner or ''} |\n"
+                f"| {_md(node)} | {_code(change.key)} | {_md_value(change.before)} | "
+                f"{_md_value(change.after)} | {_md(change.owner or '')} |\n"
             )
     if plan.objects:
         out.write("\n| Object | Field | Live | Desired |\n| --- | --- | --- | --- |\n")
         for obj in plan.objects:
             if obj.action in ("create", "prune"):
                 verb = "*(create)*" if obj.action == "create" else "*(prune)*"
-                out.write(f"| `{obj.id}` | {verb} | | |\n")
+                out.write(f"| {_code(obj.id)} | {verb} | | |\n")
                 continue
             for field_change in obj.changes:
                 before = _md_json(field_change.before, field_change.action.value == "add")
                 after = _md_json(field_change.after, field_change.action.value == "remove")
                 out.write(
-                    f"| `{obj.id}` | `{_md(field_change.shown_path)}` | {before} | {after} |\n"
+                    f"| {_code(obj.id)} | {_code(field_change.shown_path)} | {before} | {after} |\n"
                 )
     if plan.missingNodes:
         out.write("\n**Declared but not in the cluster:**\n\n")
         for missing in plan.missingNodes:
-            out.write(f"- `{missing.name}` ({_md(missing.source)})\n")
+            out.write(f"- {_code(missing.name, cell=False)} ({_md(missing.source)})\n")
     if plan.warnings:
         out.write("\n**Warnings:**\n\n")
         for warning in plan.warnings:
-            out.write(f"- `{warning.node}` `{warning.key}`: {_md(warning.message)}\n")
+            out.write(
+                f"- {_code(warning.node, cell=False)} {_code(warning.key, cell=False)}: "
+                f"{_md(warning.message)}\n"
+            )
     if plan.prunable:
         out.write(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
 
@@ -205,17 +232,51 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
 def _md_json(value: Any, absent: bool) -> str:
     if absent:
         return "*(absent)*"
-    return f"`{_md(json.dumps(value, separators=(',', ':'), sort_keys=True))}`"
+    return _code(json.dumps(value, separators=(",", ":"), sort_keys=True))
 
 
 def _md_value(value: str | None) -> str:
     if value is None:
         return "*(absent)*"
-    return f"`{value}`" if value else '`""`'
+    return _code(value) if value else '`""`'
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|")
+    """Text as markdown reads it back as text, in a table cell or a list item: HTML as
+    entities (a value could open a tag or a comment that hides the rest of a pull-request
+    comment), backslashes, pipes and backticks escaped, line breaks as spaces."""
+    escaped = (
+        text.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace("\\", "\\\\")
+        .replace("|", "\\|")
+        .replace("`", "\\`")
+    )
+    return " ".join(escaped.splitlines())
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def _code(text: str, *, cell: bool = True) -> str:
+    """`text` as a code span, shown verbatim: markdown and HTML are not interpreted in a
+    code span, so only its end needs care. The fence is one backtick longer than any run
+    of backticks in the text; control characters (a line break would end the table row)
+    are shown escaped; in a table `cell` a pipe is escaped, which GFM requires even
+    inside a code span."""
+    shown = _CONTROL.sub(lambda m: labels.go_quote(m.group())[1:-1], text)
+    if cell:
+        shown = shown.replace("|", "\\|")
+    longest = max((len(run) for run in re.findall("`+", shown)), default=0)
+    fence = "`" * (longest + 1)
+    if (
+        shown.startswith("`")
+        or shown.endswith("`")
+        or (shown.startswith(" ") and shown.endswith(" ") and shown.strip())
+    ):
+        shown = f" {shown} "  # CommonMark strips one space from each end
+    return f"{fence}{shown}{fence}"
 
 
 # --- apply ---------------------------------------------------------------------------------
@@ -286,18 +347,26 @@ def _apply_markdown(result: ApplyResult, out: TextIO) -> None:
     if applied:
         out.write("\n| Node | Label | Now |\n| --- | --- | --- |\n")
         for node, change in applied:
-            out.write(f"| {node} | `{change.key}` | {_md_value(change.after)} |\n")
+            out.write(f"| {_md(node)} | {_code(change.key)} | {_md_value(change.after)} |\n")
     objects = list(result.object_lines())
     if objects:
-        out.write("\n" + "".join(f"- `{line.strip()}`\n" for line in objects))
+        out.write("\n" + "".join(f"- {_code(line.strip(), cell=False)}\n" for line in objects))
     _md_list(out, "Rejected (nothing was applied)", (f"{_md(r)}" for r in result.rejected))
-    _md_list(out, "Failed", (f"`{n.name}`: {_md(n.error or '')}" for n in result.failed))
+    _md_list(
+        out,
+        "Failed",
+        (f"{_code(n.name, cell=False)}: {_md(n.error or '')}" for n in result.failed),
+    )
     _md_list(
         out,
         "Objects not applied",
-        (f"`{o.id}`: {_md(o.error or '')}" for o in result.failed_objects),
+        (f"{_code(o.id, cell=False)}: {_md(o.error or '')}" for o in result.failed_objects),
     )
-    _md_list(out, "Declared but not in the cluster", (f"`{m.name}`" for m in result.missingNodes))
+    _md_list(
+        out,
+        "Declared but not in the cluster",
+        (_code(m.name, cell=False) for m in result.missingNodes),
+    )
 
 
 def _md_list(out: TextIO, title: str, items: Iterable[str]) -> None:

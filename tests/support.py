@@ -255,3 +255,36 @@ def stop_cluster(cluster: TestCluster) -> None:
         cluster.sandbox.stop()
     else:
         cluster.cleanup()
+
+
+def _markdown_tokens(markdown: str) -> list[Any]:
+    from markdown_it import MarkdownIt
+
+    return list(MarkdownIt("commonmark", {"html": True}).enable("table").parse(markdown))
+
+
+def markdown_table_rows(markdown: str) -> list[list[str]]:
+    """Every table body row as GFM reads it: the text of each cell (code spans unwrapped)."""
+    rows: list[list[str]] = []
+    cells: list[str] | None = None
+    in_body = False
+    for token in _markdown_tokens(markdown):
+        if token.type in ("tbody_open", "tbody_close"):
+            in_body = token.type == "tbody_open"
+        elif in_body and token.type == "tr_open":
+            cells = []
+        elif in_body and token.type == "tr_close" and cells is not None:
+            rows.append(cells)
+        elif in_body and token.type == "inline" and cells is not None:
+            cells.append("".join(child.content for child in token.children or ()))
+    return rows
+
+
+def markdown_html(markdown: str) -> list[str]:
+    """The raw HTML a markdown renderer would pass through: none, for safe output."""
+    found = []
+    for token in _markdown_tokens(markdown):
+        if token.type == "html_block":
+            found.append(token.content)
+        found += [c.content for c in token.children or () if c.type == "html_inline"]
+    return found

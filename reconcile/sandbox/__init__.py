@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from reconcile.safefiles import write_private
 from reconcile.sandbox import tls
 from reconcile.sandbox.api import NAMESPACES, SandboxApi
 from reconcile.sandbox.errors import ApiStatus
@@ -148,11 +149,10 @@ class Sandbox:
         }
 
     def write_kubeconfig(self, path: Path, name: str = "reconcile-sandbox") -> Path:
-        """A kubeconfig whose cluster, user and context are all called `name`."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """A kubeconfig whose cluster, user and context are all called `name`: created
+        0600 (it holds the token), never through a link or into someone else's file."""
         # JSON is YAML: kubectl and the client read it as a kubeconfig.
-        path.write_text(json.dumps(self.kubeconfig(name), indent=2) + "\n", encoding="utf-8")
-        path.chmod(0o600)
+        write_private(path, json.dumps(self.kubeconfig(name), indent=2) + "\n")
         return path
 
     # --- state -----------------------------------------------------------------------------

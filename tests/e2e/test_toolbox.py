@@ -102,6 +102,36 @@ def test_import_selector_and_prefixes(lab: TestCluster, tmp_path: Path) -> None:
     assert not (tmp_path / "desired" / "nodes" / "lab-node-0.yaml").exists()
 
 
+@pytest.mark.parametrize("prefix", ["kubernetes", "k", "", "beta.", "topology", "node"])
+def test_import_never_takes_a_kubelet_key_whatever_the_prefix_says(
+    prefix: str, lab: TestCluster, tmp_path: Path
+) -> None:
+    result = run_cli("import", "--prefix", prefix, cwd=tmp_path, kubeconfig=lab.kubeconfig)
+
+    assert result.code == 0, result.stderr
+    written = sorted((tmp_path / "desired" / "nodes").glob("*.yaml"))
+    assert [p.name for p in written] == ["lab-node-0.yaml", "lab-node-1.yaml", "lab-node-2.yaml"]
+    for path in written:
+        keys = list(yaml.safe_load(path.read_text())["labels"] or {})
+        assert not [k for k in keys if "kubernetes.io/" in k and "feature.node." not in k], path
+        if prefix in ("", "k"):
+            assert "kubernetes.io/hostname" not in keys
+    assert run_cli("validate", cwd=tmp_path).code == 0
+
+
+@pytest.mark.parametrize(
+    "prefix", ["kubernetes.io/", "topology.kubernetes.io/", "kubernetes.io/os"]
+)
+def test_import_refuses_a_prefix_under_kubernetes_io(
+    prefix: str, lab: TestCluster, tmp_path: Path
+) -> None:
+    result = run_cli("import", "--prefix", prefix, cwd=tmp_path, kubeconfig=lab.kubeconfig)
+
+    assert result.code == 2
+    assert result.stderr.startswith(f"error: --prefix {prefix}: labels under kubernetes.io")
+    assert not (tmp_path / "desired").exists()
+
+
 # --- running in the cluster ---------------------------------------------------------------
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -158,3 +160,49 @@ def test_kubeconfig_is_private(tmp_path: Path) -> None:
     with Sandbox() as sandbox:
         path = sandbox.write_kubeconfig(tmp_path / "kc")
     assert path.stat().st_mode & 0o077 == 0
+
+
+def test_kubeconfig_is_created_private_whatever_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0)
+    try:
+        result = run_cli(
+            "sandbox", "--seed", "lab", "--write-kubeconfig", "kc", "--", "true", cwd=tmp_path
+        )
+    finally:
+        os.umask(previous)
+
+    assert result.code == 0, result.stderr
+    assert stat.S_IMODE((tmp_path / "kc").stat().st_mode) == 0o600
+
+
+def test_write_kubeconfig_refuses_to_follow_a_link(tmp_path: Path) -> None:
+    target = tmp_path / "shared.txt"
+    target.write_text("someone else's file\n")
+    target.chmod(0o644)
+    (tmp_path / "kc").symlink_to(target)
+
+    result = run_cli(
+        "sandbox", "--seed", "lab", "--write-kubeconfig", "kc", "--", "true", cwd=tmp_path
+    )
+
+    assert result.code == 2
+    assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
+        "error: kc is a symbolic link: refusing to write credentials through it"
+    ]
+    assert target.read_text() == "someone else's file\n"
+    assert (tmp_path / "kc").is_symlink()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a file to another user needs root")
+def test_write_kubeconfig_refuses_a_file_another_user_owns(tmp_path: Path) -> None:
+    theirs = tmp_path / "kc"
+    theirs.write_text("theirs\n")
+    os.chown(theirs, 12345, 12345)
+
+    result = run_cli(
+        "sandbox", "--seed", "lab", "--write-kubeconfig", "kc", "--", "true", cwd=tmp_path
+    )
+
+    assert result.code == 2
+    assert "error: kc belongs to another user (uid 12345)" in result.stderr
+    assert theirs.read_text() == "theirs\n"

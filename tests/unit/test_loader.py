@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -129,6 +130,43 @@ def test_unquoted_non_string_values_are_refused_with_a_quoting_hint(
     )
     assert f"YAML reads {written} as {reads_as}" in message
     assert message.endswith(f'quote it to keep it exactly as written: "{written}"')
+
+
+@pytest.mark.parametrize(
+    ("written", "problem"),
+    [
+        ("!!int abc", 'YAML cannot read "abc" as an integer (!!int)'),
+        ("!!bool 'x'", 'YAML cannot read "x" as a boolean (!!bool)'),
+        ("!!timestamp abc", 'YAML cannot read "abc" as a date (!!timestamp)'),
+        ("!!float x", 'YAML cannot read "x" as a number (!!float)'),
+        ("!!null gone", 'YAML cannot read "gone" as null (!!null)'),
+        ("9" * 5000, 'YAML cannot read "' + "9" * 64 + '..." as an integer (!!int)'),
+    ],
+)
+def test_a_value_its_tag_cannot_hold_is_a_diagnostic(
+    tree: Path, written: str, problem: str
+) -> None:
+    node_file(tree, "n1", f"nvidia.com/cuda.driver.rev: {written}\n")
+
+    assert only_error(tree) == (
+        f"desired/nodes/n1.yaml:6:31: {problem}: "
+        "quote it to keep it as text; an explicit tag must fit its value"
+    )
+
+
+def test_deep_nesting_is_a_diagnostic_not_a_recursion_error(tree: Path) -> None:
+    write(tree / "workloads" / "deep.yaml", "a: " + "[" * 600 + "]" * 600 + "\n")
+
+    message = only_error(tree)
+
+    assert message.startswith("desired/workloads/deep.yaml:1:")
+    assert "nested deeper than 100 levels" in message
+
+
+def test_nesting_a_manifest_needs_is_accepted(tree: Path) -> None:
+    write(tree / "workloads" / "deep.yaml", "a: " + "[" * 99 + "]" * 99 + "\n")
+
+    assert "nested deeper" not in " ".join(errors(tree))
 
 
 def test_every_duplicate_key_is_reported_not_just_the_first(tree: Path) -> None:
@@ -414,3 +452,92 @@ def test_several_documents_in_one_file(tree: Path) -> None:
 
     assert problems == []
     assert sorted(state.nodes) == ["n1", "n2"]
+
+
+def test_links_pipes_and_devices_are_refused_at_line_one_without_being_read(
+    tree: Path, tmp_path: Path
+) -> None:
+    secret = tmp_path / "kubeconfig"
+    secret.write_text("SECRET_TOKEN=abc123\n")
+    node_file(tree, "n1", 'a.io/x: "1"\n')
+    (tree / "nodes" / "kc.env").symlink_to(secret)
+    (tree / "nodes" / "same.yaml").symlink_to(tree / "nodes" / "n1.yaml")  # inside, still refused
+    (tree / "nodes" / "gone.env").symlink_to(tmp_path / "missing")
+    (tree / "workloads").symlink_to(tmp_path, target_is_directory=True)
+    os.mkfifo(tree / "nodes" / "pipe.env")  # opening it would block: it is never opened
+
+    state, problems = load_desired(tree)
+
+    detail = "desired/ holds regular files only (no links, pipes or devices); put the content itself here"
+    assert [str(p) for p in problems] == [
+        f"desired/nodes/gone.env:1:1: not a regular file: a symbolic link: {detail}",
+        f"desired/nodes/kc.env:1:1: not a regular file: a symbolic link: {detail}",
+        f"desired/nodes/pipe.env:1:1: not a regular file: a FIFO (named pipe): {detail}",
+        f"desired/nodes/same.yaml:1:1: not a regular file: a symbolic link: {detail}",
+        f"desired/workloads:1:1: not a regular file: a symbolic link: {detail}",
+    ]
+    assert list(state.nodes) == ["n1"]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    ],
+)
+@pytest.mark.parametrize("value", ['"linux"', "null"])
+def test_labels_the_kubelet_owns_may_not_be_set_or_deleted(
+    tree: Path, key: str, value: str
+) -> None:
+    node_file(tree, "n1", f'a.io/x: "1"\n{key}: {value}\n')
+
+    assert only_error(tree) == (
+        f'desired/nodes/n1.yaml:7:3: label key "{key}" may not be declared: the kubelet '
+        "(or cloud provider) rewrites it on every node; changing it breaks scheduling"
+    )
+
+
+def test_kubelet_owned_labels_are_refused_in_env_files_and_node_manifests(tree: Path) -> None:
+    write(tree / "nodes" / "n2.env", "gpu=true\nkubernetes.io/os=windows\n")
+    write(
+        tree / "workloads" / "node.yaml",
+        """\
+        apiVersion: v1
+        kind: Node
+        metadata:
+          name: n3
+          labels:
+            topology.kubernetes.io/zone: z1
+        """,
+    )
+
+    reason = (
+        "the kubelet (or cloud provider) rewrites it on every node; changing it breaks scheduling"
+    )
+    assert errors(tree) == [
+        f'desired/nodes/n2.env:2:1: label key "kubernetes.io/os" may not be declared: {reason}',
+        'desired/workloads/node.yaml:6:5: label key "topology.kubernetes.io/zone" may not be '
+        f"declared: {reason}",
+    ]
+
+
+def test_node_role_labels_stay_allowed(tree: Path) -> None:
+    node_file(tree, "n1", 'node-role.kubernetes.io/gpu: ""\nnode-role.kubernetes.io/worker: null\n')
+
+    state, problems = load_desired(tree)
+
+    assert problems == []
+    assert state.nodes["n1"].labels == {
+        "node-role.kubernetes.io/gpu": "",
+        "node-role.kubernetes.io/worker": None,
+    }

@@ -91,6 +91,20 @@ def test_prune_removes_only_what_reconcile_set_and_no_longer_declares() -> None:
     assert plan.inventory == ("a.io/x",)
 
 
+def test_prune_never_removes_a_label_the_kubelet_owns_whatever_the_inventory_says() -> None:
+    node = live(
+        "n1",
+        {"a.io/x": "0", "kubernetes.io/os": "linux", "topology.kubernetes.io/zone": "z1"},
+        **{INVENTORY_ANNOTATION: "a.io/x,kubernetes.io/os,topology.kubernetes.io/zone"},
+    )
+    state = desired(n1={"a.io/x": "1"})
+
+    assert build_plan(state, [node]).prunable == ()
+    [plan] = build_plan(state, [node], prune=True).nodes
+    assert [(c.key, c.action) for c in plan.changes] == [("a.io/x", Action.UPDATE)]
+    assert plan.inventory == ("a.io/x",)
+
+
 def test_without_prune_the_inventory_keeps_undeclared_keys_for_later() -> None:
     node = live("n1", {"a.io/x": "0", "a.io/old": "1"}, **{INVENTORY_ANNOTATION: "a.io/old,a.io/x"})
     [plan] = build_plan(desired(n1={"a.io/x": "1"}), [node]).nodes

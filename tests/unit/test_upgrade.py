@@ -148,6 +148,7 @@ def test_write_labels_keeps_comments_order_and_quoting(
     node = DesiredNode("n", {}, Source("desired/nodes/n.yaml", 5, 9))
 
     changed = write_labels(
+        Path("desired"),
         node,
         {
             "nvidia.com/cuda.driver.major": "550",
@@ -172,7 +173,7 @@ def test_write_labels_in_an_env_file(tmp_path: Path) -> None:
     node = DesiredNode("n", {}, Source(str(path), 1, 1))
 
     assert write_labels(
-        node, {"nvidia.com/cuda.driver.major": "550", "nvidia.com/cuda.driver.rev": "07"}
+        tmp_path, node, {"nvidia.com/cuda.driver.major": "550", "nvidia.com/cuda.driver.rev": "07"}
     ) == [
         "nvidia.com/cuda.driver.major",
         "nvidia.com/cuda.driver.rev",

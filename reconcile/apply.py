@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from reconcile import sensitive
 from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
 from reconcile.diff import LabelChange
 from reconcile.models import DesiredState, LiveNode
@@ -266,14 +267,42 @@ def check_objects_fresh(plan: Plan, cluster: ObjectCluster) -> None:
     _refuse_moved(moved)
 
 
-def _body(obj: ObjectPlan, *, precondition: bool) -> dict[str, Any]:
-    body = copy.deepcopy(obj.manifest or {})
+def check_manifests(plan: Plan, configs: Mapping[str, dict[str, Any]]) -> None:
+    """Raise StalePlan when an object the plan holds only by digest (a Secret) is no
+    longer declared in desired/ exactly as planned: its configuration comes from there."""
+    moved: list[str | None] = []
+    for obj in plan.objects:
+        if obj.manifestDigest is None:
+            continue
+        config = configs.get(obj.id)
+        if config is None:
+            moved.append(f"{obj.id} (no longer in desired/)")
+        elif sensitive.manifest_digest(config) != obj.manifestDigest:
+            moved.append(f"{obj.id} (changed in desired/)")
+    _refuse_moved(moved)
+
+
+def _body(
+    obj: ObjectPlan, *, precondition: bool, configs: Mapping[str, dict[str, Any]]
+) -> dict[str, Any]:
+    config = obj.manifest
+    if obj.manifestDigest is not None:
+        config = configs.get(obj.id)
+        if config is None or sensitive.manifest_digest(config) != obj.manifestDigest:
+            raise StalePlan(f"plan is stale: {obj.id} is not in desired/ as planned")
+    body = copy.deepcopy(config or {})
     if precondition and obj.resourceVersion and obj.action == "update":
         body.setdefault("metadata", {})["resourceVersion"] = obj.resourceVersion
     return body
 
 
-def preflight_objects(plan: Plan, cluster: ObjectCluster, *, saved: bool) -> list[str]:
+def preflight_objects(
+    plan: Plan,
+    cluster: ObjectCluster,
+    *,
+    saved: bool,
+    configs: Mapping[str, dict[str, Any]] | None = None,
+) -> list[str]:
     """Dry-run every create and update as it will be sent: the problems, if any."""
     problems = []
     for obj in plan.objects:
@@ -282,7 +311,7 @@ def preflight_objects(plan: Plan, cluster: ObjectCluster, *, saved: bool) -> lis
         try:
             cluster.apply_object(
                 obj.resource,
-                _body(obj, precondition=saved),
+                _body(obj, precondition=saved, configs=configs or {}),
                 dry_run=True,
                 force=plan.forceConflicts,
             )
@@ -300,9 +329,12 @@ def apply_objects(
     cluster: ObjectCluster,
     *,
     saved: bool,
+    configs: Mapping[str, dict[str, Any]] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[ObjectResult, ...]:
-    """Apply creates and updates in kind order, then prunes in reverse; then the inventory."""
+    """Apply creates and updates in kind order, then prunes in reverse; then the inventory.
+    `configs` holds, by object id, the configuration of objects the plan holds only by
+    digest (`workloads.desired_configs`)."""
     results: list[ObjectResult] = []
     for obj in plan.objects:
         if should_stop():
@@ -312,7 +344,9 @@ def apply_objects(
                 cluster.delete_object(obj.resource, obj.namespace, obj.name)
             if obj.action != "prune":
                 cluster.apply_object(
-                    obj.resource, _body(obj, precondition=saved), force=plan.forceConflicts
+                    obj.resource,
+                    _body(obj, precondition=saved, configs=configs or {}),
+                    force=plan.forceConflicts,
                 )
         except Conflict as e:
             reason = (

@@ -424,21 +424,34 @@ def apply(
         apply_objects,
         apply_plan,
         check_fresh,
+        check_manifests,
         check_objects_fresh,
         preflight_objects,
     )
     from reconcile.plan import Plan
     from reconcile.views import render_apply
-    from reconcile.workloads import rejections
+    from reconcile.workloads import desired_configs, rejections
 
     with _errors_to_exit_codes():
         state = None
+        configs: dict[str, dict[str, Any]] = {}
         if plan_file is not None:
             if prune or recreate or force_conflicts:
                 fail(
                     "--prune, --recreate and --force-conflicts are decided when planning: use `reconcile plan ... --out FILE`"
                 )
             the_plan = Plan.load(plan_file)
+            by_digest = [o.id for o in the_plan.objects if o.manifestDigest is not None]
+            if by_digest:
+                # A saved plan never holds a Secret's values: they come from desired/ again.
+                if not g.desired.is_dir():
+                    fail(
+                        f"{plan_file} holds {', '.join(by_digest)} by digest only (a saved plan "
+                        f"never holds a Secret's values) and {g.desired} is not a directory: "
+                        "apply it next to the desired/ tree it was planned from (--desired DIR)"
+                    )
+                configs = desired_configs(load_or_fail(g))
+                check_manifests(the_plan, configs)
             cluster = g.connect(timeout)
             check_fresh(the_plan, cluster.list_nodes())
             check_objects_fresh(the_plan, cluster)
@@ -448,9 +461,10 @@ def apply(
             the_plan = _full_plan(
                 g, cluster, state, prune=prune, force=force_conflicts, recreate=recreate
             )
+            configs = desired_configs(state)
         rejected = [f"{f.subject}: {f.message}" for f in rejections(the_plan.findings)]
         if not rejected and plan_file is not None:
-            rejected = preflight_objects(the_plan, cluster, saved=True)
+            rejected = preflight_objects(the_plan, cluster, saved=True, configs=configs)
         stopped: list[int] = []
         if rejected:
             result = ApplyResult(rejected=tuple(rejected))
@@ -469,6 +483,7 @@ def apply(
                     the_plan,
                     cluster,
                     saved=plan_file is not None,
+                    configs=configs,
                     should_stop=lambda: bool(stopped),
                 )
             result = dataclasses.replace(nodes, objects=objects, retries=cluster.retries)

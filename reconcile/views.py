@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from reconcile.apply import ApplyResult
 from reconcile.diagnostics import Diagnostic, Severity
-from reconcile.diff import LabelChange
+from reconcile.diff import FieldChange, LabelChange
 from reconcile.plan import PLAN_API_VERSION, MissingNode, Plan
 
 
@@ -185,8 +185,7 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
                 out.write(f"| `{obj.id}` | {verb} | | |\n")
                 continue
             for field_change in obj.changes:
-                before = _md_json(field_change.before, field_change.action.value == "add")
-                after = _md_json(field_change.after, field_change.action.value == "remove")
+                before, after = _md_field(field_change)
                 out.write(
                     f"| `{obj.id}` | `{_md(field_change.shown_path)}` | {before} | {after} |\n"
                 )
@@ -200,6 +199,21 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
             out.write(f"- `{warning.node}` `{warning.key}`: {_md(warning.message)}\n")
     if plan.prunable:
         out.write(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
+
+
+def _md_field(change: FieldChange) -> tuple[str, str]:
+    """The Live and Desired cells of one field; a sensitive value is never shown."""
+    added, removed = change.action.value == "add", change.action.value == "remove"
+    if change.sensitive:
+        return (
+            "*(absent)*" if added else "*(sensitive value)*",
+            "*(absent)*"
+            if removed
+            else "*(sensitive value)*"
+            if added
+            else "*(sensitive value changed)*",
+        )
+    return _md_json(change.before, added), _md_json(change.after, removed)
 
 
 def _md_json(value: Any, absent: bool) -> str:

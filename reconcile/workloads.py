@@ -6,16 +6,21 @@ live object, both defaulted by the same server, so defaults never show as drift.
 object reconcile applies carries `app.kubernetes.io/managed-by: reconcile` and is
 recorded in an inventory (the ConfigMap `default/reconcile-inventory`); `--prune` deletes
 an object only if it is in that inventory, no longer in desired/, and still labelled.
+
+A Secret's values never reach a plan (see sensitive.py): live, dry-run and desired
+objects are compared with every value replaced by a digest, server messages about them
+are redacted, and the plan keeps a digest of the configuration instead of the
+configuration, which apply reads from desired/ again.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from reconcile import apivalidation
+from reconcile import apivalidation, sensitive
 from reconcile.diagnostics import ApiError, Conflict, Invalid, NotFound, ReconcileError
 from reconcile.diff import FieldChange, manifest_drift, object_drift
 from reconcile.kinds import apply_rank, workload_id
@@ -123,6 +128,10 @@ class _Target:
     def namespace(self) -> str:
         return self.manifest.namespace if self.resource.namespaced else ""
 
+    @property
+    def sensitive(self) -> bool:
+        return sensitive.is_sensitive(self.resource.api_version, self.resource.kind)
+
 
 def plan_objects(
     state: DesiredState,
@@ -164,7 +173,17 @@ def plan_objects(
     return planning
 
 
-def _finding(kind: str, target: _Target, message: str, severity: str = "error") -> Finding:
+def _finding(
+    kind: str,
+    target: _Target,
+    message: str,
+    severity: str = "error",
+    live: Mapping[str, Any] | None = None,
+) -> Finding:
+    if target.sensitive:
+        # The cluster layer redacts what it saw; this also covers messages made offline.
+        found = sensitive.values(target.config) | sensitive.values(live or {})
+        message = sensitive.redact(message, found)
     return Finding(
         severity="error" if severity == "error" else "warning",
         kind=kind,
@@ -218,6 +237,11 @@ def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[str, dict[str,
 def _object_plan(
     target: _Target, action: str, *, version: str | None = None, changes: Iterable[FieldChange] = ()
 ) -> ObjectPlan:
+    if target.sensitive:
+        changes = [
+            c.model_copy(update={"sensitive": True}) if sensitive.is_sensitive_path(c.path) else c
+            for c in changes
+        ]
     return ObjectPlan(
         apiVersion=target.resource.api_version,
         kind=target.resource.kind,
@@ -229,8 +253,32 @@ def _object_plan(
         action=action,
         resourceVersion=version,
         changes=tuple(changes),
-        manifest=target.config,
+        manifest=None if target.sensitive else target.config,
+        manifestDigest=sensitive.manifest_digest(target.config) if target.sensitive else None,
     )
+
+
+class _Compared:
+    """What drift is computed from: for a sensitive object, copies whose values are
+    digests salted with the live object's UID (the same salt on every side, so equal
+    values still compare equal)."""
+
+    def __init__(self, target: _Target, live: Mapping[str, Any]) -> None:
+        self.target = target
+        self.salt = str((live.get("metadata") or {}).get("uid") or "")
+
+    def __call__(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        if not self.target.sensitive:
+            return dict(obj)
+        return sensitive.masked(obj, self.salt)
+
+    def scope(self) -> dict[str, Any]:
+        """The fields the configuration sets, for scoping drift."""
+        config = self(self.target.config)
+        return sensitive.secret_scope(config) if self.target.sensitive else config
+
+    def manifest_drift(self, live: Mapping[str, Any]) -> list[FieldChange]:
+        return manifest_drift(self(self.target.config), self(live))
 
 
 def _plan_create(
@@ -274,27 +322,31 @@ def _plan_update(
     recreate: bool,
 ) -> None:
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")
+    compared = _Compared(target, live)
     try:
         result = cluster.apply_object(target.resource, target.config, dry_run=True, force=force)
     except Conflict as e:
         if recreate and _needs_recreate(target, cluster):
             # Deleted and created anew: whoever owned its fields does not matter.
-            changes = manifest_drift(target.config, live)
+            changes = compared.manifest_drift(live)
             planning.objects.append(
                 _object_plan(target, "recreate", version=version, changes=changes)
             )
             return
         planning.findings.append(
-            _finding("object-conflict", target, f"{e.message}; --force-conflicts takes ownership")
+            _finding(
+                "object-conflict",
+                target,
+                f"{e.message}; --force-conflicts takes ownership",
+                live=live,
+            )
         )
         planning.objects.append(
-            _object_plan(
-                target, "update", version=version, changes=manifest_drift(target.config, live)
-            )
+            _object_plan(target, "update", version=version, changes=compared.manifest_drift(live))
         )
         return
     except Invalid as e:
-        changes = manifest_drift(target.config, live)
+        changes = compared.manifest_drift(live)
         if is_immutable(e):
             if recreate:
                 planning.objects.append(
@@ -306,18 +358,21 @@ def _plan_update(
                     "object-immutable",
                     target,
                     f"cannot change in place: {e.message}; --recreate deletes and creates it",
+                    live=live,
                 )
             )
             planning.objects.append(
                 _object_plan(target, "update", version=version, changes=changes)
             )
             return
-        planning.findings.append(_finding("object-invalid", target, e.message or str(e)))
+        planning.findings.append(_finding("object-invalid", target, e.message or str(e), live=live))
         return
     except ApiError as e:
-        planning.findings.append(_finding("object-invalid", target, e.message or str(e)))
+        planning.findings.append(_finding("object-invalid", target, e.message or str(e), live=live))
         return
-    changes = object_drift(target.config, live, result, owned=reconcile_fields(live))
+    changes = object_drift(
+        compared.scope(), compared(live), compared(result), owned=reconcile_fields(live)
+    )
     if changes:
         planning.objects.append(_object_plan(target, "update", version=version, changes=changes))
 
@@ -406,6 +461,16 @@ def inventory_object(entries: Iterable[str]) -> dict[str, Any]:
             "labels": {MANAGED_BY_LABEL: MANAGED_BY},
         },
         "data": {INVENTORY_KEY: "\n".join(sorted(entries)) + "\n"},
+    }
+
+
+def desired_configs(state: DesiredState) -> dict[str, dict[str, Any]]:
+    """Object id -> the configuration apply sends, for the objects a plan holds only by
+    digest (Secrets): apply takes them from desired/."""
+    return {
+        workload_id(m.kind, m.namespace, m.name): applied_config(m)
+        for m in state.manifests
+        if sensitive.is_sensitive(m.api_version, m.kind)
     }
 
 

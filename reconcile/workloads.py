@@ -148,16 +148,18 @@ def plan_objects(
     targets = _targets(state.manifests, discovery, planning)
     live = _live(targets, cluster)
     declared_namespaces = {t.manifest.name for t in targets if t.resource.kind == "Namespace"}
-    existing_namespaces: set[str] | None = None
+    # Namespaces desired/ uses but does not create: one GET each (not a LIST of every
+    # namespace), so the role needs `get` on exactly those names (see rbac.py).
+    existing_namespaces: dict[str, bool] = {}
     for target in targets:
         current = live.get(target.id)
         if current is None:
             if target.resource.namespaced and target.namespace not in declared_namespaces:
-                if existing_namespaces is None:
-                    existing_namespaces = {
-                        n["metadata"]["name"] for n in cluster.list_objects(NAMESPACES)
-                    }
                 if target.namespace not in existing_namespaces:
+                    existing_namespaces[target.namespace] = (
+                        cluster.get_object(NAMESPACES, "", target.namespace) is not None
+                    )
+                if not existing_namespaces[target.namespace]:
                     planning.findings.append(
                         _finding(
                             "namespace-missing",

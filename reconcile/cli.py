@@ -880,6 +880,32 @@ def import_command(
     sys.exit(EXIT_OK)
 
 
+@main.command("rbac")
+@common_options
+@click.option(
+    "--service-account",
+    default="reconcile-system/reconcile",
+    show_default=True,
+    metavar="NAMESPACE/NAME",
+    help="The ServiceAccount reconcile runs as.",
+)
+def rbac_command(g: Globals, service_account: str) -> None:
+    """Print the ServiceAccount, ClusterRole, Roles and bindings reconcile needs for
+    desired/, and nothing more: workload verbs only in the namespaces desired/ declares
+    objects in, for the kinds it declares there. Offline; `kubectl apply -f` the output.
+    """
+    from reconcile import rbac
+    from reconcile.views import render_rbac
+
+    problem = rbac.service_account_problem(service_account)
+    if problem:
+        fail(f"--service-account {problem}")
+    with _errors_to_exit_codes():
+        state = load_or_fail(g)
+    render_rbac(rbac.objects(state, service_account), g.output, _out())
+    sys.exit(EXIT_OK)
+
+
 @main.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:

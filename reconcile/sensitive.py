@@ -117,6 +117,10 @@ def values(obj: Mapping[str, Any]) -> set[str]:
             continue
         for value in section.values():
             if not isinstance(value, str):
+                # Not a valid value, and the API server quotes it in its refusal
+                # (`expected string, got &value.valueUnstructured{Value:12345}`).
+                add(str(value))
+                add(json.dumps(value, sort_keys=True, separators=(",", ":")))
                 continue
             add(value)
             if name == "stringData":

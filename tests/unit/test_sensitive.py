@@ -40,6 +40,8 @@ def test_values_hold_every_form_a_message_could_quote() -> None:
     assert {"aHVudGVyMg==", "hunter2"} <= found
     quoted = sensitive.values({"stringData": {"token": 'a"b'}})
     assert {'a"b', 'a\\"b', base64.b64encode(b'a"b').decode()} <= quoted
+    # not a string: the API server's refusal quotes it
+    assert "12345" in sensitive.values({"data": {"pin": 12345}})
 
 
 def test_redact_strikes_long_values_anywhere_and_short_ones_only_when_quoted() -> None:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from reconcile import sensitive
 from reconcile.diagnostics import Conflict, NotFound, PlanRefused, ReconcileError, StalePlan
 from reconcile.diff import LabelChange
 from reconcile.models import DesiredState, LiveNode
@@ -296,14 +297,47 @@ def check_objects_fresh(plan: Plan, cluster: ObjectCluster) -> None:
     _refuse_moved(moved)
 
 
-def _body(obj: ObjectPlan, *, precondition: bool) -> dict[str, Any]:
-    body = copy.deepcopy(obj.manifest or {})
+def check_manifests(plan: Plan, configs: Mapping[str, dict[str, Any]]) -> None:
+    """Raise StalePlan when an object the plan holds only by digest (a Secret) is no
+    longer declared in desired/ exactly as planned: its configuration comes from there."""
+    moved: list[str | None] = []
+    for obj in plan.objects:
+        if obj.manifestDigest is None:
+            continue
+        config = configs.get(obj.id)
+        if config is None:
+            moved.append(f"{obj.id} (no longer in desired/)")
+        elif sensitive.manifest_digest(config) != obj.manifestDigest:
+            moved.append(f"{obj.id} (changed in desired/)")
+    _refuse_moved(moved)
+
+
+def _config(obj: ObjectPlan, configs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """The configuration to apply: the plan's own, or desired/'s for one held by digest."""
+    if obj.manifestDigest is None:
+        return obj.manifest or {}
+    config = configs.get(obj.id)
+    if config is None or sensitive.manifest_digest(config) != obj.manifestDigest:
+        raise StalePlan(f"plan is stale: {obj.id} is not in desired/ as planned")
+    return config
+
+
+def _body(
+    obj: ObjectPlan, *, precondition: bool, configs: Mapping[str, dict[str, Any]]
+) -> dict[str, Any]:
+    body = copy.deepcopy(_config(obj, configs))
     if precondition and obj.resourceVersion and obj.action == "update":
         body.setdefault("metadata", {})["resourceVersion"] = obj.resourceVersion
     return body
 
 
-def preflight_objects(plan: Plan, cluster: ObjectCluster, *, saved: bool) -> list[str]:
+def preflight_objects(
+    plan: Plan,
+    cluster: ObjectCluster,
+    *,
+    saved: bool,
+    configs: Mapping[str, dict[str, Any]] | None = None,
+) -> list[str]:
     """Dry-run every create and update as it will be sent: the problems, if any."""
     problems = []
     for obj in plan.objects:
@@ -312,7 +346,7 @@ def preflight_objects(plan: Plan, cluster: ObjectCluster, *, saved: bool) -> lis
         try:
             cluster.apply_object(
                 obj.resource,
-                _body(obj, precondition=saved),
+                _body(obj, precondition=saved, configs=configs or {}),
                 dry_run=True,
                 force=plan.forceConflicts,
             )
@@ -330,12 +364,15 @@ def apply_objects(
     cluster: ObjectCluster,
     *,
     saved: bool,
+    configs: Mapping[str, dict[str, Any]] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[ObjectResult, ...]:
     """Apply creates and updates in kind order, then prunes in reverse; then the inventory.
 
     Every object about to be created is recorded in the inventory first: an apply that
-    stops half-way never leaves an object that a later --prune cannot find."""
+    stops half-way never leaves an object that a later --prune cannot find. `configs`
+    holds, by object id, the configuration of objects the plan holds only by digest
+    (`workloads.desired_configs`)."""
     inventory_id = f"ConfigMap/{INVENTORY_NAMESPACE}/{INVENTORY_NAME}"
     try:
         _record_before_creating(plan, cluster)
@@ -346,7 +383,9 @@ def apply_objects(
         if should_stop():
             return tuple(results)  # the rest, and the inventory, wait for the next run
         try:
-            results.append(_apply_object(obj, cluster, saved=saved, force=plan.forceConflicts))
+            results.append(
+                _apply_object(obj, cluster, configs or {}, saved=saved, force=plan.forceConflicts)
+            )
         except Conflict as e:
             reason = (
                 "plan is stale: the object changed after the plan was made" if saved else e.message
@@ -376,7 +415,12 @@ def _record_before_creating(plan: Plan, cluster: ObjectCluster) -> None:
 
 
 def _apply_object(
-    obj: ObjectPlan, cluster: ObjectCluster, *, saved: bool, force: bool
+    obj: ObjectPlan,
+    cluster: ObjectCluster,
+    configs: Mapping[str, dict[str, Any]],
+    *,
+    saved: bool,
+    force: bool,
 ) -> ObjectResult:
     """One object: its lines when this run changed it, a note when another writer had."""
     if obj.action == "prune":
@@ -386,21 +430,25 @@ def _apply_object(
     if obj.action == "recreate":
         cluster.delete_object(obj.resource, obj.namespace, obj.name)
     if obj.action in ("create", "recreate"):
-        if cluster.apply_created(obj.resource, _body(obj, precondition=False), force=force):
+        if cluster.apply_created(
+            obj.resource, _body(obj, precondition=False, configs=configs), force=force
+        ):
             return ObjectResult(obj.id, lines=tuple(obj.lines()))
         return ObjectResult(obj.id, note=f"created by another writer first: {DONE_BY_OTHERS}")
     current = obj
     for _ in range(MAX_CONFLICT_RETRIES):
         try:
-            cluster.apply_object(current.resource, _body(current, precondition=True), force=force)
+            cluster.apply_object(
+                current.resource, _body(current, precondition=True, configs=configs), force=force
+            )
         except Conflict as e:
             if saved or not _moved_on(e):
                 raise
-            replanned = replan_object(current, cluster)
+            replanned = replan_object(current, _config(current, configs), cluster)
             if replanned is None:
                 return ObjectResult(obj.id, note=DONE_BY_OTHERS)
             if replanned.action == "create":
-                return _apply_object(replanned, cluster, saved=saved, force=force)
+                return _apply_object(replanned, cluster, configs, saved=saved, force=force)
             current = replanned
             continue
         return ObjectResult(obj.id, lines=tuple(current.lines()))
@@ -499,5 +547,12 @@ def _unjustified_objects(
             if obj.action == "create" or entry not in inventory:
                 yield f"{obj.id} {obj.action} (without desired/ only inventory objects may change)"
             continue
-        if configs.get((obj.apiVersion, obj.kind, obj.namespace, obj.name)) != obj.manifest:
+        declared = configs.get((obj.apiVersion, obj.kind, obj.namespace, obj.name))
+        if obj.manifestDigest is not None:
+            same = (
+                declared is not None and sensitive.manifest_digest(declared) == obj.manifestDigest
+            )
+        else:
+            same = declared == obj.manifest
+        if not same:
             yield f"{obj.id} {obj.action} (not the manifest desired/ declares)"

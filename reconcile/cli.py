@@ -530,16 +530,18 @@ def apply(
         apply_objects,
         apply_plan,
         check_fresh,
+        check_manifests,
         check_objects_fresh,
         check_saved,
         preflight_objects,
     )
     from reconcile.plan import ClusterIdentity, Plan
     from reconcile.views import render_apply
-    from reconcile.workloads import rejections
+    from reconcile.workloads import desired_configs, rejections
 
     with _errors_to_exit_codes():
         state = None
+        configs: dict[str, dict[str, Any]] = {}
         if plan_file is not None:
             if (
                 prune
@@ -554,11 +556,22 @@ def apply(
                 )
             the_plan = Plan.load(plan_file)
             checked = load_or_fail(g) if g.desired.is_dir() else None
+            by_digest = [o.id for o in the_plan.objects if o.manifestDigest is not None]
+            if checked is None and by_digest:
+                # A saved plan never holds a Secret's values: they come from desired/ again.
+                fail(
+                    f"{plan_file} holds {', '.join(by_digest)} by digest only (a saved plan "
+                    f"never holds a Secret's values) and {g.desired} is not a directory: "
+                    "apply it next to the desired/ tree it was planned from (--desired DIR)"
+                )
             if checked is None:
                 _err().write(
                     f"warning: no desired/ tree at {g.desired}: the plan is checked against the "
                     "live inventories only; apply it from the checkout it was made from\n"
                 )
+            else:
+                configs = desired_configs(checked)
+                check_manifests(the_plan, configs)
             cluster = g.connect(timeout)
             server, uid = cluster.identity()
             live_nodes = cluster.list_nodes()
@@ -582,9 +595,10 @@ def apply(
                 force=force_conflicts,
                 recreate=recreate,
             )
+            configs = desired_configs(state)
         rejected = [f"{f.subject}: {f.message}" for f in rejections(the_plan.findings)]
         if not rejected and plan_file is not None:
-            rejected = preflight_objects(the_plan, cluster, saved=True)
+            rejected = preflight_objects(the_plan, cluster, saved=True, configs=configs)
         stopped: list[int] = []
         if rejected:
             result = ApplyResult(rejected=tuple(rejected))
@@ -603,6 +617,7 @@ def apply(
                     the_plan,
                     cluster,
                     saved=plan_file is not None,
+                    configs=configs,
                     should_stop=lambda: bool(stopped),
                 )
             result = dataclasses.replace(nodes, objects=objects, retries=cluster.retries)
@@ -1030,6 +1045,32 @@ def _check_imported(name: str, values: dict[str, str]) -> None:
                 f"{labels.go_quote(value)}, which the API server's rules refuse "
                 f"({problem[1]}): nothing was written"
             )
+
+
+@main.command("rbac")
+@common_options
+@click.option(
+    "--service-account",
+    default="reconcile-system/reconcile",
+    show_default=True,
+    metavar="NAMESPACE/NAME",
+    help="The ServiceAccount reconcile runs as.",
+)
+def rbac_command(g: Globals, service_account: str) -> None:
+    """Print the ServiceAccount, ClusterRole, Roles and bindings reconcile needs for
+    desired/, and nothing more: workload verbs only in the namespaces desired/ declares
+    objects in, for the kinds it declares there. Offline; `kubectl apply -f` the output.
+    """
+    from reconcile import rbac
+    from reconcile.views import render_rbac
+
+    problem = rbac.service_account_problem(service_account)
+    if problem:
+        fail(f"--service-account {problem}")
+    with _errors_to_exit_codes():
+        state = load_or_fail(g)
+    render_rbac(rbac.objects(state, service_account), g.output, _out())
+    sys.exit(EXIT_OK)
 
 
 @main.command()

@@ -6,7 +6,8 @@ scale (thousands of nodes) building pydantic models for every node costs more th
 request itself, and reconcile needs only a handful of fields.
 
 API errors are translated here, once, into reconcile's own exceptions, keeping the
-server's Status reason and message and never a header, token or kubeconfig contents.
+server's Status reason and message and never a header, token or kubeconfig contents; a
+Secret value the server's message quotes is struck out (see sensitive.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
-from reconcile import apivalidation
+from reconcile import apivalidation, sensitive
 from reconcile.apivalidation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 from reconcile.diagnostics import (
     ApiError,
@@ -61,8 +62,13 @@ _ERRORS: Final[dict[int, type[ApiError]]] = {
 }
 
 
-def translate(error: ApiException) -> ApiError:
-    """Our exception for an API failure: status, reason, message and causes only."""
+def _unchanged(text: str) -> str:
+    return text
+
+
+def translate(error: ApiException, redact: Callable[[str], str] = _unchanged) -> ApiError:
+    """Our exception for an API failure: status, reason, message and causes only, with
+    `redact` applied to every text the server wrote."""
     status = int(error.status or 0)
     body: dict[str, Any] = {}
     if error.body:
@@ -72,10 +78,14 @@ def translate(error: ApiException) -> ApiError:
             parsed = None
         if isinstance(parsed, dict):
             body = parsed
-    reason = str(body.get("reason") or error.reason or "")
-    message = str(body.get("message") or "")
+    reason = redact(str(body.get("reason") or error.reason or ""))
+    message = redact(str(body.get("message") or ""))
     details = body.get("details") or {}
-    causes = tuple(c for c in details.get("causes") or () if isinstance(c, dict))
+    causes = tuple(
+        {str(k): redact(str(v)) for k, v in c.items()}
+        for c in details.get("causes") or ()
+        if isinstance(c, dict)
+    )
     retry_after = None
     headers = error.headers or {}
     raw_retry = headers.get("Retry-After") if hasattr(headers, "get") else None
@@ -91,13 +101,13 @@ class ConnectFailed(ClusterUnreachable):
     """No connection at all (refused, unreachable): likely a wrong address, retried little."""
 
 
-def _call(fn: Callable[[], T]) -> T:
+def _call(fn: Callable[[], T], redact: Callable[[str], str] = _unchanged) -> T:
     try:
         return fn()
     except ApiException as e:
         if not e.status:
-            raise ClusterUnreachable(f"API request failed: {e.reason}") from None
-        raise translate(e) from None
+            raise ClusterUnreachable(f"API request failed: {redact(str(e.reason))}") from None
+        raise translate(e, redact) from None
     except urllib3.exceptions.HTTPError as e:
         reason = getattr(e, "reason", None) or e
         kind = (
@@ -202,6 +212,8 @@ class Cluster:
         self.retries = 0  # transient failures tried again, for reports
         self.requests = 0
         self._lock = threading.Lock()
+        # Every Secret value sent or received, to strike out of the server's messages.
+        self.redactor = sensitive.Redactor()
 
     @classmethod
     def connect(
@@ -288,6 +300,7 @@ class Cluster:
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
+            self.redactor.learn(body)
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
         method, url, headers, body, _ = self.api_client.param_serialize(
             method,
@@ -305,7 +318,9 @@ class Cluster:
             response.read()
             if not 200 <= response.status <= 299:
                 raise ApiException.from_response(http_resp=response, body=None, data=None)
-            return response.status, json.loads(response.data) if response.data else None
+            answer = json.loads(response.data) if response.data else None
+            self.redactor.learn(answer)
+            return response.status, answer
 
         # Every write reconcile makes is safe to repeat: node patches carry a resourceVersion
         # precondition (a write whose answer was lost comes back 409 and is re-planned),
@@ -317,7 +332,7 @@ class Cluster:
             with self._lock:
                 self.requests += 1
             try:
-                return _call(send)
+                return _call(send, self.redactor)
             except ReconcileError as error:
                 if isinstance(error, Conflict) and sent_unanswered:
                     error.after_lost_answer = True

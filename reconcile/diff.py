@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 
 class Action(enum.StrEnum):
@@ -83,6 +83,15 @@ class FieldChange(BaseModel):
     action: Action
     before: Any = None
     after: Any = None
+    # A Secret's value: before and after are digests, and views never show them.
+    sensitive: bool = False
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        document: dict[str, Any] = handler(self)
+        if not self.sensitive:
+            document.pop("sensitive", None)  # only said where it holds
+        return document
 
     @property
     def shown_path(self) -> str:
@@ -99,9 +108,12 @@ class FieldChange(BaseModel):
 
     @property
     def shown_value(self) -> str:
-        """Scalars as they are, anything else as JSON, `-` when the field goes away."""
+        """Scalars as they are, anything else as JSON, `-` when the field goes away; a
+        sensitive value never: `(sensitive value changed)`, as kubectl diff masks it."""
         if self.action is Action.REMOVE:
             return "-"
+        if self.sensitive:
+            return "(sensitive value)" if self.action is Action.ADD else "(sensitive value changed)"
         if isinstance(self.after, str) and self.after and not any(c.isspace() for c in self.after):
             return self.after
         if isinstance(self.after, bool | int | float) and not isinstance(self.after, bool):

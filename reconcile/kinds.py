@@ -54,6 +54,23 @@ BUILTIN_NAMESPACED: Final[dict[tuple[str, str], bool]] = {
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): True,
 }
 
+# Kinds whose resource name is not the lowercased kind plus the English plural ending.
+IRREGULAR_PLURALS: Final[dict[str, str]] = {"Endpoints": "endpoints"}
+
+
+def plural(kind: str) -> str:
+    """The resource name of a kind (`NetworkPolicy` -> `networkpolicies`), as the API
+    server names every built-in kind and CRDs almost always are; offline, without discovery."""
+    if kind in IRREGULAR_PLURALS:
+        return IRREGULAR_PLURALS[kind]
+    singular = kind.lower()
+    if singular.endswith(("s", "x", "ch", "sh")):
+        return singular + "es"
+    if singular.endswith("y") and singular[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return singular[:-1] + "ies"
+    return singular + "s"
+
+
 # Helm's install order: what others depend on goes first; pruning runs it backwards.
 APPLY_ORDER: Final[tuple[str, ...]] = (
     "Namespace",

@@ -18,7 +18,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from reconcile import drivers, labels
 from reconcile.diagnostics import EmptyPrune, ReconcileError
@@ -103,6 +110,16 @@ class ObjectPlan(_Frozen):
     changes: tuple[FieldChange, ...] = ()
     # The configuration reconcile applies (the manifest plus its managed-by label).
     manifest: dict[str, Any] | None = None
+    # In its place for a Secret, whose values a plan never holds: the configuration's
+    # digest. Apply reads the configuration from desired/ again and checks it against this.
+    manifestDigest: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        document: dict[str, Any] = handler(self)
+        if self.manifestDigest is None:
+            document.pop("manifestDigest", None)  # only said where it holds
+        return document
 
     @property
     def id(self) -> str:

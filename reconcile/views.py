@@ -12,14 +12,17 @@ import json
 import os
 import re
 import shlex
+import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 from reconcile import labels
 from reconcile.apply import ApplyResult
 from reconcile.diagnostics import Diagnostic, Severity
-from reconcile.diff import LabelChange
+from reconcile.diff import FieldChange, LabelChange
 from reconcile.plan import PLAN_API_VERSION, MissingNode, Plan
+from reconcile.rbac import HEADER as RBAC_HEADER
+from reconcile.rbac import RbacObject
 
 
 class Format(enum.StrEnum):
@@ -209,8 +212,7 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
                 out.write(f"| {_code(obj.id)} | {verb} | | |\n")
                 continue
             for field_change in obj.changes:
-                before = _md_json(field_change.before, field_change.action.value == "add")
-                after = _md_json(field_change.after, field_change.action.value == "remove")
+                before, after = _md_field(field_change)
                 out.write(
                     f"| {_code(obj.id)} | {_code(field_change.shown_path)} | {before} | {after} |\n"
                 )
@@ -227,6 +229,21 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
             )
     if plan.prunable:
         out.write(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
+
+
+def _md_field(change: FieldChange) -> tuple[str, str]:
+    """The Live and Desired cells of one field; a sensitive value is never shown."""
+    added, removed = change.action.value == "add", change.action.value == "remove"
+    if change.sensitive:
+        return (
+            "*(absent)*" if added else "*(sensitive value)*",
+            "*(absent)*"
+            if removed
+            else "*(sensitive value)*"
+            if added
+            else "*(sensitive value changed)*",
+        )
+    return _md_json(change.before, added), _md_json(change.after, removed)
 
 
 def _md_json(value: Any, absent: bool) -> str:
@@ -375,6 +392,78 @@ def _md_list(out: TextIO, title: str, items: Iterable[str]) -> None:
         out.write(f"\n**{title}:**\n\n")
         for row in rows:
             out.write(f"- {row}\n")
+
+
+# --- rbac ----------------------------------------------------------------------------------
+
+
+def render_rbac(objects: Sequence[RbacObject], fmt: Format, out: TextIO) -> None:
+    """YAML for `kubectl apply -f` with a comment saying why each rule is there; JSON as
+    a v1 List; markdown as the YAML in a fenced block."""
+    if fmt is Format.JSON:
+        write_json(
+            {"apiVersion": "v1", "kind": "List", "items": [o.document for o in objects]}, out
+        )
+        return
+    if fmt is Format.MARKDOWN:
+        out.write("#### reconcile rbac\n\n```yaml\n")
+    out.writelines(f"# {line}\n" for line in RBAC_HEADER)
+    for index, obj in enumerate(objects):
+        if index:
+            out.write("---\n")
+        out.writelines(f"# {line}\n" for line in _wrapped(obj.comment))
+        out.writelines(line + "\n" for line in _yaml_mapping(obj.document, "", obj.rule_comments))
+    if fmt is Format.MARKDOWN:
+        out.write("```\n")
+
+
+def _wrapped(comment: str) -> list[str]:
+    return textwrap.wrap(comment, width=88) if comment else []
+
+
+# Plain scalars that YAML 1.1 (kubectl's reading) would take for something other than a string.
+_YAML_WORDS = frozenset(["y", "yes", "n", "no", "true", "false", "on", "off", "null", "~"])
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    text = str(value)
+    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS and not _NUMBER.fullmatch(text):
+        return text
+    return json.dumps(text)  # a JSON string is a YAML double-quoted scalar
+
+
+_NUMBER = re.compile(r"[-+]?(\.?[0-9][0-9_.:eE+-]*|0[xob][0-9a-fA-F_]+)")
+
+
+def _yaml_mapping(
+    mapping: dict[str, Any], indent: str, rule_comments: Sequence[str] = ()
+) -> list[str]:
+    """A block mapping; lists of scalars in flow style, lists of mappings as blocks (the
+    items of `rules` each preceded by their comment)."""
+    lines: list[str] = []
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            lines.append(f"{indent}{key}:")
+            lines += _yaml_mapping(value, indent + "  ")
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            lines.append(f"{indent}{key}:")
+            comments = list(rule_comments) if key == "rules" else []
+            for index, item in enumerate(value):
+                if index < len(comments):
+                    lines += [f"{indent}# {line}" for line in _wrapped(comments[index])]
+                body = _yaml_mapping(item, indent + "  ")
+                lines.append(f"{indent}- {body[0].removeprefix(indent + '  ')}")
+                lines += body[1:]
+        elif isinstance(value, list):
+            lines.append(f"{indent}{key}: [{', '.join(_yaml_scalar(v) for v in value)}]")
+        else:
+            lines.append(f"{indent}{key}: {_yaml_scalar(value)}")
+    return lines
 
 
 _COLOURS = {"error": "\x1b[31m", "warning": "\x1b[33m"}

@@ -11,17 +11,22 @@ Pruning is guarded: deleting every object of the inventory at once (an empty che
 wrong --desired) needs --allow-empty-prune, and a Namespace is not pruned while desired/
 still declares objects in it, nor while it holds objects reconcile does not manage
 (unless --prune-namespace-contents).
+
+A Secret's values never reach a plan (see sensitive.py): live, dry-run and desired
+objects are compared with every value replaced by a digest, server messages about them
+are redacted, and the plan keeps a digest of the configuration instead of the
+configuration, which apply reads from desired/ again.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from reconcile import apivalidation
+from reconcile import apivalidation, sensitive
 from reconcile import diagnostics as diag
 from reconcile.diagnostics import ApiError, Conflict, Diagnostic, EmptyPrune, Invalid, NotFound
 from reconcile.diff import FieldChange, manifest_drift, object_drift
@@ -153,6 +158,10 @@ class _Target:
     def namespace(self) -> str:
         return self.manifest.namespace if self.resource.namespaced else ""
 
+    @property
+    def sensitive(self) -> bool:
+        return sensitive.is_sensitive(self.resource.api_version, self.resource.kind)
+
 
 def plan_objects(
     state: DesiredState,
@@ -173,16 +182,18 @@ def plan_objects(
     targets = _targets(state.manifests, discovery, planning)
     live = _live(targets, cluster)
     declared_namespaces = {t.manifest.name for t in targets if t.resource.kind == "Namespace"}
-    existing_namespaces: set[str] | None = None
+    # Namespaces desired/ uses but does not create: one GET each (not a LIST of every
+    # namespace), so the role needs `get` on exactly those names (see rbac.py).
+    existing_namespaces: dict[str, bool] = {}
     for target in targets:
         current = live.get(target.id)
         if current is None:
             if target.resource.namespaced and target.namespace not in declared_namespaces:
-                if existing_namespaces is None:
-                    existing_namespaces = {
-                        n["metadata"]["name"] for n in cluster.list_objects(NAMESPACES)
-                    }
                 if target.namespace not in existing_namespaces:
+                    existing_namespaces[target.namespace] = (
+                        cluster.get_object(NAMESPACES, "", target.namespace) is not None
+                    )
+                if not existing_namespaces[target.namespace]:
                     planning.findings.append(
                         _finding(
                             "namespace-missing",
@@ -207,7 +218,17 @@ def plan_objects(
     return planning
 
 
-def _finding(kind: str, target: _Target, message: str, severity: str = "error") -> Finding:
+def _finding(
+    kind: str,
+    target: _Target,
+    message: str,
+    severity: str = "error",
+    live: Mapping[str, Any] | None = None,
+) -> Finding:
+    if target.sensitive:
+        # The cluster layer redacts what it saw; this also covers messages made offline.
+        found = sensitive.values(target.config) | sensitive.values(live or {})
+        message = sensitive.redact(message, found)
     return Finding(
         severity="error" if severity == "error" else "warning",
         kind=kind,
@@ -261,6 +282,11 @@ def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[str, dict[str,
 def _object_plan(
     target: _Target, action: str, *, version: str | None = None, changes: Iterable[FieldChange] = ()
 ) -> ObjectPlan:
+    if target.sensitive:
+        changes = [
+            c.model_copy(update={"sensitive": True}) if sensitive.is_sensitive_path(c.path) else c
+            for c in changes
+        ]
     return ObjectPlan(
         apiVersion=target.resource.api_version,
         kind=target.resource.kind,
@@ -272,8 +298,32 @@ def _object_plan(
         action=action,
         resourceVersion=version,
         changes=tuple(changes),
-        manifest=target.config,
+        manifest=None if target.sensitive else target.config,
+        manifestDigest=sensitive.manifest_digest(target.config) if target.sensitive else None,
     )
+
+
+class _Compared:
+    """What drift is computed from: for a sensitive object, copies whose values are
+    digests salted with the live object's UID (the same salt on every side, so equal
+    values still compare equal)."""
+
+    def __init__(self, target: _Target, live: Mapping[str, Any]) -> None:
+        self.target = target
+        self.salt = str((live.get("metadata") or {}).get("uid") or "")
+
+    def __call__(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        if not self.target.sensitive:
+            return dict(obj)
+        return sensitive.masked(obj, self.salt)
+
+    def scope(self) -> dict[str, Any]:
+        """The fields the configuration sets, for scoping drift."""
+        config = self(self.target.config)
+        return sensitive.secret_scope(config) if self.target.sensitive else config
+
+    def manifest_drift(self, live: Mapping[str, Any]) -> list[FieldChange]:
+        return manifest_drift(self(self.target.config), self(live))
 
 
 def _plan_create(
@@ -317,27 +367,31 @@ def _plan_update(
     recreate: bool,
 ) -> None:
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")
+    compared = _Compared(target, live)
     try:
         result = cluster.apply_object(target.resource, target.config, dry_run=True, force=force)
     except Conflict as e:
         if recreate and _needs_recreate(target, cluster):
             # Deleted and created anew: whoever owned its fields does not matter.
-            changes = manifest_drift(target.config, live)
+            changes = compared.manifest_drift(live)
             planning.objects.append(
                 _object_plan(target, "recreate", version=version, changes=changes)
             )
             return
         planning.findings.append(
-            _finding("object-conflict", target, f"{e.message}; --force-conflicts takes ownership")
+            _finding(
+                "object-conflict",
+                target,
+                f"{e.message}; --force-conflicts takes ownership",
+                live=live,
+            )
         )
         planning.objects.append(
-            _object_plan(
-                target, "update", version=version, changes=manifest_drift(target.config, live)
-            )
+            _object_plan(target, "update", version=version, changes=compared.manifest_drift(live))
         )
         return
     except Invalid as e:
-        changes = manifest_drift(target.config, live)
+        changes = compared.manifest_drift(live)
         if is_immutable(e):
             if recreate:
                 planning.objects.append(
@@ -349,18 +403,21 @@ def _plan_update(
                     "object-immutable",
                     target,
                     f"cannot change in place: {e.message}; --recreate deletes and creates it",
+                    live=live,
                 )
             )
             planning.objects.append(
                 _object_plan(target, "update", version=version, changes=changes)
             )
             return
-        planning.findings.append(_finding("object-invalid", target, e.message or str(e)))
+        planning.findings.append(_finding("object-invalid", target, e.message or str(e), live=live))
         return
     except ApiError as e:
-        planning.findings.append(_finding("object-invalid", target, e.message or str(e)))
+        planning.findings.append(_finding("object-invalid", target, e.message or str(e), live=live))
         return
-    changes = object_drift(target.config, live, result, owned=reconcile_fields(live))
+    changes = object_drift(
+        compared.scope(), compared(live), compared(result), owned=reconcile_fields(live)
+    )
     if changes:
         planning.objects.append(_object_plan(target, "update", version=version, changes=changes))
 
@@ -571,19 +628,42 @@ def inventory_object(entries: Iterable[str]) -> dict[str, Any]:
     }
 
 
+def desired_configs(state: DesiredState) -> dict[str, dict[str, Any]]:
+    """Object id -> the configuration apply sends, for the objects a plan holds only by
+    digest (Secrets): apply takes them from desired/."""
+    return {
+        workload_id(m.kind, m.namespace, m.name): applied_config(m)
+        for m in state.manifests
+        if sensitive.is_sensitive(m.api_version, m.kind)
+    }
+
+
 def rejections(findings: Iterable[Finding]) -> list[Finding]:
     return [f for f in findings if f.kind in REJECTIONS]
 
 
-def replan_object(obj: ObjectPlan, cluster: ObjectCluster) -> ObjectPlan | None:
+def replan_object(
+    obj: ObjectPlan, config: dict[str, Any], cluster: ObjectCluster
+) -> ObjectPlan | None:
     """An update planned again against the object as it is now (after a 409): the same
     action with the live resourceVersion and changes, or None when it needs nothing."""
     live = cluster.get_object(obj.resource, obj.namespace, obj.name)
-    config = obj.manifest or {}
     if live is None:
         return obj.model_copy(update={"action": "create", "resourceVersion": None, "changes": ()})
     result = cluster.apply_object(obj.resource, config, dry_run=True)
-    changes = object_drift(config, live, result, owned=reconcile_fields(live))
+    if sensitive.is_sensitive(obj.apiVersion, obj.kind):
+        salt = str((live.get("metadata") or {}).get("uid") or "")
+        changes = [
+            c.model_copy(update={"sensitive": True}) if sensitive.is_sensitive_path(c.path) else c
+            for c in object_drift(
+                sensitive.secret_scope(sensitive.masked(config, salt)),
+                sensitive.masked(live, salt),
+                sensitive.masked(result, salt),
+                owned=reconcile_fields(live),
+            )
+        ]
+    else:
+        changes = object_drift(config, live, result, owned=reconcile_fields(live))
     if not changes:
         return None
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")

@@ -7,6 +7,7 @@ the stored object meets the same extra fields it would meet on a real cluster.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
@@ -107,6 +108,17 @@ def apply(group: str, kind: str, obj: dict[str, Any], *, creating: bool) -> None
         template_spec = (spec.get("template") or {}).get("spec")
         if isinstance(template_spec, dict):
             pod_spec(template_spec, admission=False)
+    elif (group, kind) == ("", "Secret"):
+        # stringData is write-only: the API server's conversion merges it into data
+        # (base64, over a key data also has) and never stores it.
+        string_data = obj.pop("stringData", None)
+        if isinstance(string_data, dict) and string_data:
+            stored = obj.get("data")
+            data: dict[str, Any] = stored if isinstance(stored, dict) else {}
+            for key, value in string_data.items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
+            obj["data"] = data
+        obj.setdefault("type", "Opaque")
     elif (group, kind) == ("", "Service") and isinstance(spec, dict):
         spec.setdefault("type", "ClusterIP")
         spec.setdefault("sessionAffinity", "None")

@@ -3,22 +3,26 @@ credentials), pre-commit, completion, verbosity and colour, kubeconfigs, the whe
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pty
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 import yaml
 
 from reconcile.cluster import Cluster
 from reconcile.sandbox import Sandbox
+from reconcile.sandbox.server import RequestRecord
 from tests.conftest import ClusterFactory
-from tests.support import REPO, TestCluster, lab_objects, run_cli
+from tests.support import REPO, CliResult, TestCluster, lab_objects, run_cli
 
 NODE_0 = "desired/nodes/lab-node-0.yaml"
 
@@ -155,35 +159,111 @@ def test_deploy_manifests_validate_and_dry_run_on_the_server(
     plan = run_cli("plan", "-o", "json", cwd=tmp_path, kubeconfig=lab.kubeconfig)
     document = json.loads(plan.stdout)
     assert document["findings"] == []  # every object passed the server's dry-run
-    kinds = sorted(o["kind"] for o in document["objects"] if o["action"] == "create")
-    assert kinds == [
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "CronJob",
-        "Role",
-        "RoleBinding",
-        "ServiceAccount",
+    created = sorted(
+        f"{o['kind']}/{o['namespace']}/{o['name']}"
+        for o in document["objects"]
+        if o["action"] == "create"
+    )
+    assert created == [
+        "ClusterRole//reconcile",
+        "ClusterRoleBinding//reconcile",
+        "CronJob/reconcile-system/reconcile-apply",
+        "Role/default/reconcile",
+        "Role/gpu-drv/reconcile",
+        "Role/nfd-lab/reconcile",
+        "RoleBinding/default/reconcile",
+        "RoleBinding/gpu-drv/reconcile",
+        "RoleBinding/nfd-lab/reconcile",
+        "ServiceAccount/reconcile-system/reconcile",
     ]
 
 
-def _granted() -> set[tuple[str, str, str, str]]:
-    """(scope, group, resource, verb) the deploy/ roles grant; scope is a namespace or *."""
-    granted = set()
-    for obj in _deploy_objects():
+# A grant: (namespace, or * for the ClusterRole; group; resource; verb; name, or "" for any).
+Grant = tuple[str, str, str, str, str]
+# A request as RBAC authorizes it: (namespace or ""; group; resource; verb; name or "").
+Asked = tuple[str, str, str, str, str]
+
+
+def _grants(documents: Iterable[dict[str, Any]]) -> set[Grant]:
+    granted: set[Grant] = set()
+    for obj in documents:
         if obj["kind"] not in ("ClusterRole", "Role"):
             continue
         scope = obj["metadata"].get("namespace", "*")
         for rule in obj["rules"]:
-            for group in rule["apiGroups"]:
-                for resource in rule["resources"]:
-                    for verb in rule["verbs"]:
-                        granted.add((scope, group, resource, verb))
+            for group, resource, verb, name in itertools.product(
+                rule["apiGroups"],
+                rule["resources"],
+                rule["verbs"],
+                rule.get("resourceNames") or [""],
+            ):
+                granted.add((scope, group, resource, verb, name))
     return granted
 
 
-def _tour(sandbox_cluster: TestCluster, work: Path, driver: TestCluster, driver_work: Path) -> None:
-    """Every command and path that talks to the API, as the e2e tests drive them."""
-    lab, kc = sandbox_cluster, sandbox_cluster.kubeconfig
+def _rbac(work: Path) -> set[Grant]:
+    """What `reconcile rbac` grants for the desired/ tree in `work`."""
+    result = run_cli("rbac", "-o", "json", cwd=work)
+    assert result.code == 0, result.stderr
+    return _grants(json.loads(result.stdout)["items"])
+
+
+def _asked(record: RequestRecord) -> list[Asked]:
+    """What the API server authorizes for one request; a server-side apply that created
+    its object is authorized as create too, as upstream does."""
+    parts = [unquote(p) for p in record.path.strip("/").split("/")]
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] == record.resource:
+        rest = rest[2:]
+    name = rest[1] if len(rest) > 1 else ""
+    resource = f"{record.resource}/{record.subresource}" if record.subresource else record.resource
+    asked = [(record.namespace, record.group, resource, record.verb, name)]
+    if record.created:
+        asked.append((record.namespace, record.group, resource, "create", ""))
+    return asked
+
+
+def _allows(grant: Grant, asked: Asked) -> bool:
+    """RBAC's rule: a ClusterRole (bound cluster-wide) covers every namespace, a Role only
+    its own; resourceNames never cover a request without a name (list, create)."""
+    scope, group, resource, verb, name = grant
+    return (
+        scope in ("*", asked[0])
+        and (group, resource, verb) == asked[1:4]
+        and name in ("", asked[4])
+    )
+
+
+class _Checked:
+    """Runs commands, and checks each request reconcile makes against what `reconcile
+    rbac` grants for the desired/ tree the command runs on."""
+
+    def __init__(self) -> None:
+        self.asked: set[Asked] = set()
+
+    def run(
+        self, cluster: TestCluster, work: Path, *args: str, also: Iterable[Grant] = ()
+    ) -> CliResult:
+        grants = _rbac(work) | set(also)
+        assert cluster.sandbox is not None
+        cluster.sandbox.clear_requests()
+        result = run_cli(*args, cwd=work, kubeconfig=cluster.kubeconfig)
+        asked = [
+            a
+            for record in cluster.sandbox.requests
+            if record.agent == "reconcile" and record.resource
+            for a in _asked(record)
+        ]
+        denied = sorted({a for a in asked if not any(_allows(g, a) for g in grants)})
+        assert denied == [], f"`reconcile {' '.join(args)}`: calls the roles do not allow"
+        self.asked.update(asked)
+        return result
+
+
+def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) -> set[Asked]:
+    """Every command and path that talks to the API, as the e2e tests drive them; each
+    checked against the roles for its desired/ tree. Returns every request made."""
+    checked = _Checked()
     for args in (
         ["plan"],
         ["plan", "--prune"],
@@ -192,28 +272,35 @@ def _tour(sandbox_cluster: TestCluster, work: Path, driver: TestCluster, driver_
         ["report"],
         ["placement"],
         ["drivers", "tag", "--all"],
+        ["drivers", "tag", "lab-node-0"],
         ["drivers", "audit"],
         ["import", "--dry-run"],
     ):
-        run_cli(*args, cwd=work, kubeconfig=kc)
+        checked.run(lab, work, *args)
     # an object in a namespace that exists but desired/ does not create
     (work / "desired" / "workloads" / "extra.yaml").write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: extra, namespace: default}\nspec:\n  containers: [{name: c, image: busybox}]\n"
     )
-    run_cli("apply", cwd=work, kubeconfig=kc)
-    # recreate (immutable change) and prune everything
+    assert checked.run(lab, work, "apply").code == 0
+    # recreate (immutable change), a saved plan, and prune everything
     pods = work / "desired" / "workloads" / "nfd-lab.yaml"
     pods.write_text(pods.read_text().replace("NVIDIA-A100-SXM4-40GB]", "NVIDIA-A100-SXM4-80GB]"))
-    run_cli("apply", "--recreate", cwd=work, kubeconfig=kc)
+    assert checked.run(lab, work, "apply", "--recreate").code == 0
+    saved = work / "plan.json"
+    pods.write_text(pods.read_text().replace("NVIDIA-A100-SXM4-80GB]", "NVIDIA-A100-SXM4-40GB]"))
+    checked.run(lab, work, "plan", "--recreate", "--out", str(saved))
+    assert checked.run(lab, work, "apply", str(saved)).code == 0
+    before = _rbac(work)  # objects leaving desired/ are pruned with the grants that made them
     for path in (work / "desired" / "workloads").glob("*.yaml"):
         path.unlink()
-    pruned = run_cli(
+    pruned = checked.run(
+        lab,
+        work,
         "apply",
         "--prune",
         "--allow-empty-prune",
         "--prune-namespace-contents",
-        cwd=work,
-        kubeconfig=kc,
+        also=before,
     )
     assert pruned.code == 0, pruned.stderr
     assert "Namespace//nfd-lab - " in pruned.lines
@@ -223,7 +310,7 @@ def _tour(sandbox_cluster: TestCluster, work: Path, driver: TestCluster, driver_
     shutil.copytree(
         REPO / "desired" / "workloads", work / "desired" / "workloads", dirs_exist_ok=True
     )
-    created = run_cli("apply", cwd=work, kubeconfig=kc)
+    created = checked.run(lab, work, "apply")
     assert created.code == 0, created.stderr
     assert "PodDisruptionBudget/gpu-drv/trainer-pdb + " in created.lines
     # an upgrade with a drain
@@ -234,19 +321,12 @@ def _tour(sandbox_cluster: TestCluster, work: Path, driver: TestCluster, driver_
         "application/merge-patch+json",
     )
     assert status == 200
-    result = run_cli(
-        "upgrade",
-        "lab-node-2",
-        "--driver",
-        "550.90.07",
-        cwd=driver_work,
-        kubeconfig=driver.kubeconfig,
-    )
+    result = checked.run(driver, driver_work, "upgrade", "lab-node-2", "--driver", "550.90.07")
     assert result.code == 0, result.stderr
-    assert lab.sandbox is not None
+    return checked.asked
 
 
-def test_the_cluster_role_covers_every_call_and_grants_nothing_more(
+def test_reconcile_rbac_allows_every_call_and_the_shipped_roles_grant_nothing_more(
     make_cluster: ClusterFactory, workdir: Path, tmp_path: Path
 ) -> None:
     lab = make_cluster(lab_objects("lab"))
@@ -255,27 +335,75 @@ def test_the_cluster_role_covers_every_call_and_grants_nothing_more(
         pytest.skip("records the sandbox's request log")
     driver_work = tmp_path / "drv"
     shutil.copytree(REPO / "examples" / "driver-lab", driver_work)
-    lab.sandbox.clear_requests()
-    driver.sandbox.clear_requests()
 
-    _tour(lab, workdir, driver, driver_work)
+    asked = _tour(lab, workdir, driver, driver_work)
 
-    used = set()
-    for record in [*lab.sandbox.requests, *driver.sandbox.requests]:
-        if record.agent != "reconcile" or not record.resource:
-            continue
-        resource = (
-            f"{record.resource}/{record.subresource}" if record.subresource else record.resource
-        )
-        scope = record.namespace if record.resource == "configmaps" else "*"
-        used.add((scope, record.group, resource, record.verb))
-        if record.created:
-            used.add(
-                (scope, record.group, resource, "create")
-            )  # an apply that creates needs create
-    granted = _granted()
-    assert used - granted == set(), "calls the roles do not allow"
-    assert granted - used == set(), "the roles grant what reconcile never uses"
+    shipped = _grants(_deploy_objects())
+    assert shipped == _rbac(REPO)
+    unused = {g for g in shipped if not any(_allows(g, a) for a in asked)}
+    # Granted ahead of its first use: the UID of kube-system identifies the cluster.
+    unused.discard(("*", "", "namespaces", "get", "kube-system"))
+    assert unused == set(), "the shipped roles grant what reconcile never uses"
+
+
+def test_the_shipped_rbac_is_what_reconcile_rbac_prints_for_the_shipped_tree() -> None:
+    printed = run_cli("rbac", cwd=REPO)
+    assert printed.code == 0, printed.stderr
+    assert printed.stdout == (REPO / "deploy" / "rbac.yaml").read_text(), (
+        "deploy/rbac.yaml is stale: regenerate it with `reconcile rbac > deploy/rbac.yaml`"
+    )
+    as_json = json.loads(run_cli("rbac", "-o", "json", cwd=REPO).stdout)
+    assert list(yaml.safe_load_all(printed.stdout)) == as_json["items"]
+
+
+def test_rbac_grants_workload_verbs_only_where_desired_declares_objects(tmp_path: Path) -> None:
+    workloads = tmp_path / "desired" / "workloads"
+    workloads.mkdir(parents=True)
+    (workloads / "w.yaml").write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: cloud-creds, namespace: kube-system}\n"
+        "stringData: {password: x}\n---\n"
+        "apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\n"
+        "metadata: {name: deny, namespace: team-a}\nspec: {podSelector: {}}\n---\n"
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: viewer}\n"
+        "rules: []\n"
+    )
+    granted = _rbac(tmp_path)
+    roles = {g[0] for g in granted}
+    assert roles == {"*", "default", "kube-system", "team-a"}
+    assert {g[1:] for g in granted if g[0] == "kube-system"} == {
+        ("", "secrets", verb, "") for verb in ("get", "list", "create", "patch", "delete")
+    }
+    assert ("team-a", "networking.k8s.io", "networkpolicies", "create", "") in granted
+    # a namespace used but not created is checked by name (kube-system is granted anyway)
+    assert ("*", "", "namespaces", "get", "team-a") in granted
+    assert ("*", "rbac.authorization.k8s.io", "clusterroles", "delete", "viewer") in granted
+    assert ("*", "rbac.authorization.k8s.io", "clusterroles", "delete", "") not in granted
+    # pods are created nowhere, and nothing but reading pods and evicting them is cluster-wide
+    assert not any(g[2] == "pods" and g[3] == "create" for g in granted)
+    assert not any(g[0] == "*" and g[3] in ("delete", "update") and not g[4] for g in granted)
+    refused = run_cli("rbac", "--service-account", "Bad/x", cwd=tmp_path)
+    assert refused.code == 2
+    assert refused.stderr.startswith("error: --service-account 'Bad/x': the namespace")
+
+
+def test_only_reconciles_container_gets_the_token_and_every_container_runs_restricted() -> None:
+    [cronjob] = [o for o in _deploy_objects() if o["kind"] == "CronJob"]
+    [account] = [o for o in _deploy_objects() if o["kind"] == "ServiceAccount"]
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert account["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    [token] = [v for v in pod["volumes"] if "projected" in v]
+    containers = [*pod["initContainers"], *pod["containers"]]
+    for container in containers:
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        }, container["name"]
+        mounts = {m["name"] for m in container["volumeMounts"]}
+        assert (token["name"] in mounts) == (container["name"] == "reconcile"), container["name"]
 
 
 def test_in_cluster_credentials_are_picked_when_there_is_no_kubeconfig(

@@ -764,3 +764,34 @@ def test_bearer_tokens_are_read_as_the_api_server_reads_them(
         headers={"Accept": "application/json", "Authorization": header.format(token=token)},
     )
     assert response.status == status
+
+
+def test_secret_string_data_is_merged_into_data_and_never_stored(lab: TestCluster) -> None:
+    """As kube-apiserver's conversion does, on create and on server-side apply alike; the
+    apply's managed fields still name stringData (checked against v1.36)."""
+    path = "/api/v1/namespaces/default/secrets/creds"
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds", "namespace": "default"},
+        "data": {"user": "YWRtaW4=", "password": "b2xk"},
+        "stringData": {"password": "new"},
+    }
+    created = lab.create(secret)
+    assert created["data"] == {"user": "YWRtaW4=", "password": "bmV3"}
+    assert "stringData" not in created and created["type"] == "Opaque"
+    status, applied = lab.raw(
+        "PATCH",
+        f"{path}?fieldManager=me",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "creds", "namespace": "default"},
+            "stringData": {"password": "newer"},
+        },
+        "application/apply-patch+yaml",
+    )
+    assert status == 200, applied
+    assert applied["data"]["password"] == "bmV3ZXI=" and "stringData" not in applied
+    [mine] = [m for m in applied["metadata"]["managedFields"] if m["manager"] == "me"]
+    assert mine["fieldsV1"] == {"f:stringData": {"f:password": {}}}

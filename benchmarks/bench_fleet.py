@@ -140,7 +140,7 @@ def _nodes() -> Any:
 
 def bench_sandbox_lists(sizes: list[int], labels: int) -> None:
     print("## sandbox: LIST page time (limit=500), official client over HTTPS")
-    from reconcile.cluster import Cluster
+    from reconcile.kube.client import Cluster
 
     for total in sizes:
         sandbox = Sandbox(seed_nodes(total, labels)).start()

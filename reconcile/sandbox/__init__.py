@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from reconcile.safefiles import write_private
+from reconcile.files import write_private
 from reconcile.sandbox import tls
 from reconcile.sandbox.api import NAMESPACES, SandboxApi
 from reconcile.sandbox.errors import ApiStatus

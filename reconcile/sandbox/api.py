@@ -18,7 +18,8 @@ from typing import Any, Final
 
 import yaml
 
-from reconcile import apivalidation
+from reconcile.kube import validation as apivalidation
+from reconcile.kube.selector import SelectorError, parse
 from reconcile.sandbox import defaults, disruption, fields
 from reconcile.sandbox.errors import (
     ApiStatus,
@@ -32,7 +33,6 @@ from reconcile.sandbox.errors import (
 from reconcile.sandbox.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from reconcile.sandbox.resources import BY_PATH, Resource
 from reconcile.sandbox.store import Key, Obj, Page, Store
-from reconcile.selector import SelectorError, parse
 
 NAMESPACES: Final = BY_PATH[("", "v1", "namespaces")]
 PODS: Final = BY_PATH[("", "v1", "pods")]

@@ -14,10 +14,10 @@ import math
 from collections.abc import Callable
 from typing import Any, Final
 
+from reconcile.kube.selector import SelectorError, from_label_selector
 from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.resources import BY_PATH
 from reconcile.sandbox.store import Obj, Store
-from reconcile.selector import SelectorError, from_label_selector
 
 PODS: Final = BY_PATH[("", "v1", "pods")]
 PDBS: Final = BY_PATH[("policy", "v1", "poddisruptionbudgets")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reconcile.apivalidation import FieldError, aggregate
+from reconcile.kube.validation import FieldError, aggregate
 from reconcile.sandbox.resources import Resource
 
 

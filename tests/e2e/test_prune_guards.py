@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from reconcile.apply import DONE_BY_OTHERS, apply_objects, apply_plan
-from reconcile.plan import Plan
+from reconcile.engine.apply import DONE_BY_OTHERS, apply_objects, apply_plan
+from reconcile.engine.plan import Plan
 from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.server import FaultInjector, Route
 from tests.conftest import ClusterFactory
@@ -444,15 +444,16 @@ def test_two_applies_of_the_same_change_print_it_once(
     make_cluster: ClusterFactory, workdir: Path
 ) -> None:
     """Both runs plan before either writes; the second finds every change made already."""
-    from reconcile.cli import PruneOptions, _full_plan
-    from reconcile.cluster import Cluster
-    from reconcile.loader import load_desired
+    from reconcile.cli.commands import gpu_plan
+    from reconcile.desired.loader import load_desired
+    from reconcile.engine.operations import PlanRequest
+    from reconcile.kube.client import Cluster
 
     cluster = make_cluster([o for o in lab_objects("lab") if o["kind"] == "Node"])
     cluster.label("lab-node-1", **{"nvidia.com/gpu.count": "9"})
     state, _ = load_desired(workdir / "desired")
     runs = [Cluster.connect(str(cluster.kubeconfig)) for _ in range(2)]
-    plans = [_full_plan(c, state, PruneOptions(), force=False, recreate=False) for c in runs]
+    plans = [gpu_plan(c, PlanRequest(state)) for c in runs]
     assert plans[0].nodes == plans[1].nodes
     assert len(plans[0].objects) == 11
 

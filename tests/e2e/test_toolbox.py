@@ -18,7 +18,7 @@ from urllib.parse import unquote
 import pytest
 import yaml
 
-from reconcile.cluster import Cluster
+from reconcile.kube.client import Cluster
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.server import RequestRecord
 from tests.conftest import ClusterFactory

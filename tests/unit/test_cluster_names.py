@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.cluster import Cluster
 from reconcile.diagnostics import InvalidName
-from reconcile.models import ApiResource
+from reconcile.kube.client import Cluster
+from reconcile.kube.objects import ApiResource
 from reconcile.sandbox import Sandbox
 
 CLUSTER_ROLES = ApiResource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False)

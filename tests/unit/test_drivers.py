@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile import drivers
+from reconcile.desired.models import DesiredNode, DesiredState, MatrixRow
 from reconcile.diagnostics import Source
-from reconcile.models import DesiredNode, DesiredState, MatrixRow
+from reconcile.gpu import drivers
 
 LAB_NODE_0 = {
     drivers.GPU_PRESENT: "true",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconcile.kinds import BUILTIN_NAMESPACED, plural
+from reconcile.kube.kinds import BUILTIN_NAMESPACED, plural
 from reconcile.sandbox.resources import RESOURCES
 
 

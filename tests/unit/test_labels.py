@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reconcile import labels
+from reconcile.gpu import provenance
+from reconcile.kube import labels
 
 UPSTREAM = json.loads(
     (Path(__file__).parents[1] / "data/upstream/label_validation.json").read_text()
@@ -130,24 +131,24 @@ def test_go_quote_matches_strconv_quote(value: str, quoted: str) -> None:
 @pytest.mark.parametrize(
     ("key", "owner"),
     [
-        ("feature.node.kubernetes.io/pci-10de.present", labels.NFD),
-        ("nvidia.com/gpu.product", labels.GFD),
-        ("nvidia.com/cuda.driver.major", labels.GFD),
-        ("nvidia.com/mig.strategy", labels.GFD),
-        ("nvidia.com/gpu.deploy.driver", labels.GPU_OPERATOR),
-        ("nvidia.com/gpu-driver-upgrade-state", labels.GPU_OPERATOR),
+        ("feature.node.kubernetes.io/pci-10de.present", provenance.NFD),
+        ("nvidia.com/gpu.product", provenance.GFD),
+        ("nvidia.com/cuda.driver.major", provenance.GFD),
+        ("nvidia.com/mig.strategy", provenance.GFD),
+        ("nvidia.com/gpu.deploy.driver", provenance.GPU_OPERATOR),
+        ("nvidia.com/gpu-driver-upgrade-state", provenance.GPU_OPERATOR),
         ("example.com/team", None),
     ],
 )
 def test_label_owner_by_prefix(key: str, owner: str | None) -> None:
-    assert labels.label_owner(key) == owner
+    assert provenance.label_owner(key) == owner
 
 
 def test_label_owner_by_nfd_record_and_inventory() -> None:
-    nfd = labels.nfd_feature_labels("custom-gpu-training,example.com/rack")
+    nfd = provenance.nfd_feature_labels("custom-gpu-training,example.com/rack")
     assert nfd == {"feature.node.kubernetes.io/custom-gpu-training", "example.com/rack"}
-    assert labels.label_owner("example.com/rack", nfd) == labels.NFD
+    assert provenance.label_owner("example.com/rack", nfd) == provenance.NFD
     assert (
-        labels.label_owner("example.com/team", nfd, frozenset({"example.com/team"}))
-        == labels.RECONCILE
+        provenance.label_owner("example.com/team", nfd, frozenset({"example.com/team"}))
+        == provenance.RECONCILE
     )

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from reconcile.desired.loader import load_desired
 from reconcile.diagnostics import Diagnostic, Severity
-from reconcile.loader import load_desired
 
 NODE = """\
 apiVersion: reconcile.dev/v1alpha1

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconcile import placement
+from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Severity, Source
-from reconcile.models import DesiredState, Manifest
-from reconcile.placement import NodeSelector, NodeView, PodTemplate, place, preferred_score
+from reconcile.engine import placement
+from reconcile.engine.placement import NodeSelector, NodeView, PodTemplate, place, preferred_score
 
 UPSTREAM = json.loads((Path(__file__).parents[1] / "data/upstream/nodeaffinity.json").read_text())
 
@@ -71,7 +71,7 @@ def test_upstream_preferred_scheduling_terms_score(case: dict[str, Any]) -> None
     "case", _cases("TestNodeSelectorRequirementsAsSelector"), ids=lambda c: c["name"]
 )
 def test_upstream_requirements_as_selector(case: dict[str, Any]) -> None:
-    from reconcile.placement import _requirements_as_selector
+    from reconcile.engine.placement import _requirements_as_selector
 
     selector, problems = _requirements_as_selector(case["matchExpressions"], case["path"])
     if case["wantErr"]:

@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.apply import ApplyResult, NodeResult, ObjectResult, apply_plan, check_fresh
+from reconcile.cli.views import Format, render_apply, render_plan
+from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.diagnostics import ReconcileError, Source, StalePlan
-from reconcile.diff import Action, LabelChange, label_drift
-from reconcile.models import DesiredNode, DesiredState, LiveNode
-from reconcile.plan import INVENTORY_ANNOTATION, ClusterIdentity, Plan, build_plan
-from reconcile.views import Format, render_apply, render_plan
+from reconcile.engine.apply import ApplyResult, NodeResult, ObjectResult, apply_plan, check_fresh
+from reconcile.engine.checks import Projection, Severity
+from reconcile.engine.diff import Action, LabelChange, label_drift
+from reconcile.engine.plan import INVENTORY_ANNOTATION, ClusterIdentity, Plan, build_plan
+from reconcile.gpu.checks import GpuPolicy, driver_coverage
+from reconcile.gpu.provenance import label_fights
+from reconcile.kube.objects import LiveNode
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 
@@ -118,12 +122,14 @@ def test_owner_is_attributed_and_a_fight_with_the_writer_is_warned() -> None:
         labels={"nvidia.com/gpu.count": "4"},
         label_managers={"nvidia.com/gpu.count": "nfd-master"},
     )
-    plan = build_plan(desired(n1={"nvidia.com/gpu.count": "8"}), [node])
+    state = desired(n1={"nvidia.com/gpu.count": "8"})
+    plan = build_plan(state, [node], policy=GpuPolicy())
 
     assert plan.nodes[0].changes[0].owner == "gpu-feature-discovery"
-    [warning] = plan.warnings
-    assert warning.key == "nvidia.com/gpu.count"
-    assert "re-asserts it on its next resync" in warning.message
+    [fight] = label_fights(Projection(state, [node], plan.nodes))
+    assert (fight.severity, fight.kind) == (Severity.WARNING, "label-fight")
+    assert fight.subject == "n1 nvidia.com/gpu.count"
+    assert "re-asserts it on its next resync" in fight.message
 
 
 def test_restoring_a_hand_edit_is_not_a_fight() -> None:
@@ -133,7 +139,9 @@ def test_restoring_a_hand_edit_is_not_a_fight() -> None:
         labels={"nvidia.com/gpu.count": "9"},
         label_managers={"nvidia.com/gpu.count": "kubectl-label"},
     )
-    assert build_plan(desired(n1={"nvidia.com/gpu.count": "2"}), [node]).warnings == ()
+    state = desired(n1={"nvidia.com/gpu.count": "2"})
+    plan = build_plan(state, [node], policy=GpuPolicy())
+    assert list(label_fights(Projection(state, [node], plan.nodes))) == []
 
 
 CLUSTER = ClusterIdentity(server="https://127.0.0.1:6443", kubeSystemUID="4f1c-uid")
@@ -412,7 +420,7 @@ GPU_LABELS = {
 
 
 def _matrix_state(labels: dict[str, str | None]) -> DesiredState:
-    from reconcile.models import MatrixRow
+    from reconcile.desired.models import MatrixRow
 
     row = MatrixRow("550", "5.15.0-119-generic", "ubuntu22.04", Source("m.csv", 2, 1))
     return DesiredState(
@@ -429,11 +437,13 @@ def test_a_removed_driver_label_is_a_coverage_finding_whether_pruned_or_null(how
         declared["nvidia.com/cuda.driver.major"] = None
     inventory = ",".join(sorted(GPU_LABELS))
     node = live("g", dict(GPU_LABELS), **{INVENTORY_ANNOTATION: inventory})
-    plan = build_plan(_matrix_state(declared), [node], prune=True)
+    state = _matrix_state(declared)
+    plan = build_plan(state, [node], prune=True)
     assert [(c.key, c.after) for n in plan.nodes for c in n.changes] == [
         ("nvidia.com/cuda.driver.major", None)
     ]
-    assert [(f.kind, f.subject) for f in plan.findings] == [("driver-tag-incomplete", "g")]
+    findings = list(driver_coverage(Projection(state, [node], plan.nodes)))
+    assert [(f.kind, f.subject) for f in findings] == [("driver-tag-incomplete", "g")]
 
 
 def test_pruning_every_managed_label_is_refused_unless_allowed() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from reconcile.cluster import Cluster, ConnectFailed, RetryPolicy
 from reconcile.diagnostics import ApiError, ClusterUnreachable, Invalid, NotFound, TooManyRequests
+from reconcile.kube.client import Cluster, ConnectFailed, RetryPolicy
 from reconcile.sandbox import FaultInjector, Sandbox
 from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.server import Route
@@ -87,7 +87,7 @@ def test_the_client_waits_what_the_server_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     waited: list[float] = []
-    monkeypatch.setattr("reconcile.cluster.time.sleep", waited.append)
+    monkeypatch.setattr("reconcile.kube.client.time.sleep", waited.append)
     with Sandbox(
         [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}], faults=ThrottleFirst(3)
     ) as sandbox:

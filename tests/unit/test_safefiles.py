@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reconcile.diagnostics import ReconcileError
-from reconcile.safefiles import UnsafeFile, read_regular, walk, write_inside, write_private
+from reconcile.files import UnsafeFile, read_regular, walk, write_inside, write_private
 
 SECRET = "token-that-must-stay-put"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reconcile.models import json_schemas
-from reconcile.plan import all_schemas
+from reconcile.desired.models import json_schemas
+from reconcile.engine.plan import all_schemas
 from tests.support import REPO, run_cli
 
 

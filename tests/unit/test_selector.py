@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from reconcile.selector import (
+from reconcile.kube.selector import (
     Op,
     Requirement,
     SelectorError,

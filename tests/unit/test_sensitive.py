@@ -6,8 +6,8 @@ import base64
 import json
 from typing import Any
 
-from reconcile import sensitive
-from reconcile.diff import Action, FieldChange, object_drift
+from reconcile.engine.diff import Action, FieldChange, object_drift
+from reconcile.kube import sensitive
 
 SECRET: dict[str, Any] = {
     "apiVersion": "v1",

@@ -7,10 +7,17 @@ from typing import Any
 
 import pytest
 
+from reconcile.desired.loader import load_desired, write_labels
+from reconcile.desired.models import DesiredNode
 from reconcile.diagnostics import Source
-from reconcile.loader import load_desired, write_labels
-from reconcile.models import DesiredNode, LiveNode
-from reconcile.upgrade import PodToEvict, Upgrade, UpgradeRefused, budget_blockers, pods_to_evict
+from reconcile.gpu.upgrade import (
+    PodToEvict,
+    Upgrade,
+    UpgradeRefused,
+    budget_blockers,
+    pods_to_evict,
+)
+from reconcile.kube.objects import LiveNode
 
 
 def _pod(name: str, owner: str | None = "ReplicaSet", **status: Any) -> dict[str, Any]:

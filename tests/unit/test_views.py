@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.diff import Action, LabelChange
-from reconcile.drivers import env_name
-from reconcile.plan import Finding, NodePlan, Plan
-from reconcile.views import Format, render_plan, render_report
+from reconcile.cli.views import Format, render_plan, render_report
+from reconcile.engine.diff import Action, LabelChange
+from reconcile.engine.plan import Finding, NodePlan, Plan
+from reconcile.gpu.drivers import env_name
 from tests.support import markdown_html, markdown_table_rows
 
 # Values a proxy or a server that does not validate could return as label values.

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from reconcile import diagnostics as diag
-from reconcile import labels as label_rules
+from reconcile.desired.models import DesiredState, driver_tag
 from reconcile.diagnostics import Diagnostic
-from reconcile.models import DesiredState, driver_tag
+from reconcile.gpu import provenance
+from reconcile.kube import labels as label_rules
 
 GPU_PRESENT: Final = "nvidia.com/gpu.present"
 GPU_NODES: Final = f"{GPU_PRESENT}=true"  # the label selector of GPU nodes
@@ -30,7 +31,7 @@ KERNEL: Final = "feature.node.kubernetes.io/kernel-version.full"
 OS_ID: Final = "feature.node.kubernetes.io/system-os_release.ID"
 OS_VERSION: Final = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 TAG_PARTS: Final = (DRIVER_MAJOR, KERNEL, OS_ID, OS_VERSION)
-UPGRADE_STATE: Final = label_rules.UPGRADE_STATE_LABEL
+UPGRADE_STATE: Final = provenance.UPGRADE_STATE_LABEL
 
 _DIGITS: Final = re.compile(r"[0-9]+")
 _PRODUCT: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconcile import labels
-from reconcile.labels import go_quote
+from reconcile.kube import labels
+from reconcile.kube.labels import go_quote
 
 _OMIT: Final = object()
 
@@ -557,7 +557,7 @@ def validate_workload_template(spec: Any, *, kind: str) -> list[FieldError]:
     if template_labels:
         errors += validate_labels(template_labels, "spec.template.metadata.labels")
     if selector and (selector.get("matchLabels") or selector.get("matchExpressions")):
-        from reconcile.selector import SelectorError, from_label_selector
+        from reconcile.kube.selector import SelectorError, from_label_selector
 
         try:
             matches = from_label_selector(selector).matches(template_labels)

@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn, Protocol
 
-from reconcile import drivers
 from reconcile.diagnostics import ApiError, NotFound, ReconcileError, TooManyRequests
-from reconcile.kinds import workload_id
-from reconcile.models import LiveNode
-from reconcile.selector import SelectorError, from_label_selector
+from reconcile.gpu import drivers
+from reconcile.kube.kinds import workload_id
+from reconcile.kube.objects import LiveNode
+from reconcile.kube.selector import SelectorError, from_label_selector
 
 STATE: Final = drivers.UPGRADE_STATE
 SKIP: Final = "nvidia.com/gpu-driver-upgrade.skip"

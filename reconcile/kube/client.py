@@ -32,8 +32,6 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
-from reconcile import apivalidation, sensitive
-from reconcile.apivalidation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 from reconcile.diagnostics import (
     ApiError,
     ClusterUnreachable,
@@ -46,7 +44,10 @@ from reconcile.diagnostics import (
     TooManyRequests,
     without_userinfo,
 )
-from reconcile.models import ApiResource, LiveNode
+from reconcile.kube import sensitive
+from reconcile.kube import validation as apivalidation
+from reconcile.kube.objects import ApiResource, LiveNode
+from reconcile.kube.validation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 
 PAGE_SIZE: Final = 500
 MERGE_PATCH: Final = "application/merge-patch+json"

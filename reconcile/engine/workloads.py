@@ -26,13 +26,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from reconcile import apivalidation, sensitive
 from reconcile import diagnostics as diag
+from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import ApiError, Conflict, Diagnostic, EmptyPrune, Invalid, NotFound
-from reconcile.diff import FieldChange, manifest_drift, object_drift
-from reconcile.kinds import BUILTIN_NAMESPACED, apply_rank, workload_id
-from reconcile.models import ApiResource, DesiredState, Manifest
-from reconcile.plan import Finding, ObjectPlan
+from reconcile.engine.checks import Finding, Severity
+from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
+from reconcile.engine.plan import ObjectPlan
+from reconcile.kube import sensitive
+from reconcile.kube import validation as apivalidation
+from reconcile.kube.kinds import BUILTIN_NAMESPACED, apply_rank, workload_id
+from reconcile.kube.objects import ApiResource
 
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "reconcile"
@@ -42,19 +45,6 @@ INVENTORY_NAME: Final = "reconcile-inventory"
 INVENTORY_KEY: Final = "objects"
 CONFIGMAPS: Final = ApiResource("", "v1", "configmaps", "ConfigMap", True)
 NAMESPACES: Final = ApiResource("", "v1", "namespaces", "Namespace", False)
-
-# Findings that mean the API server would reject an object: apply then writes nothing.
-REJECTIONS: Final = frozenset(
-    {
-        "object-conflict",
-        "object-immutable",
-        "object-invalid",
-        "unknown-kind",
-        "namespace-missing",
-        "prune-namespace-in-use",
-        "prune-namespace-not-empty",
-    }
-)
 
 # What the control plane puts in every namespace by itself: not content a person made.
 NAMESPACE_DEFAULTS: Final = frozenset(
@@ -219,21 +209,19 @@ def plan_objects(
 
 
 def _finding(
-    kind: str,
-    target: _Target,
-    message: str,
-    severity: str = "error",
-    live: Mapping[str, Any] | None = None,
+    kind: str, target: _Target, message: str, live: Mapping[str, Any] | None = None
 ) -> Finding:
+    """Something the API server would reject: apply writes nothing while it stands."""
     if target.sensitive:
         # The cluster layer redacts what it saw; this also covers messages made offline.
         found = sensitive.values(target.config) | sensitive.values(live or {})
         message = sensitive.redact(message, found)
     return Finding(
-        severity="error" if severity == "error" else "warning",
+        severity=Severity.ERROR,
         kind=kind,
         subject=target.id,
         message=f"{message} ({target.manifest.source})",
+        blocksApply=True,
     )
 
 
@@ -246,7 +234,8 @@ def _targets(
         if resource is None:
             planning.findings.append(
                 Finding(
-                    severity="error",
+                    severity=Severity.ERROR,
+                    blocksApply=True,
                     kind="unknown-kind",
                     subject=workload_id(manifest.kind, manifest.namespace, manifest.name),
                     message=f"the API server does not serve apiVersion {manifest.api_version} kind {manifest.kind} ({manifest.source})",
@@ -534,7 +523,8 @@ def _namespace_prune_findings(
     if declared:
         return [
             Finding(
-                severity="error",
+                severity=Severity.ERROR,
+                blocksApply=True,
                 kind="prune-namespace-in-use",
                 subject=subject,
                 message=(
@@ -576,7 +566,8 @@ def _namespace_prune_findings(
         parts.append(f"unknown ({', '.join(sorted(unreadable))} could not be listed)")
     return [
         Finding(
-            severity="error",
+            severity=Severity.ERROR,
+            blocksApply=True,
             kind="prune-namespace-not-empty",
             subject=subject,
             message=(
@@ -636,10 +627,6 @@ def desired_configs(state: DesiredState) -> dict[str, dict[str, Any]]:
         for m in state.manifests
         if sensitive.is_sensitive(m.api_version, m.kind)
     }
-
-
-def rejections(findings: Iterable[Finding]) -> list[Finding]:
-    return [f for f in findings if f.kind in REJECTIONS]
 
 
 def replan_object(

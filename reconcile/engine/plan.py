@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -27,11 +27,22 @@ from pydantic import (
     model_serializer,
 )
 
-from reconcile import drivers, labels
+from reconcile.desired.models import DesiredNode, DesiredState, json_schemas
 from reconcile.diagnostics import EmptyPrune, ReconcileError
-from reconcile.diff import FieldChange, LabelChange, label_drift
-from reconcile.kinds import workload_id
-from reconcile.models import ApiResource, DesiredNode, DesiredState, LiveNode, json_schemas
+from reconcile.engine.checks import (
+    NO_POLICY,
+    Finding,
+    NodePolicy,
+    Severity,
+    overlay,
+    projected_labels,
+)
+from reconcile.engine.diff import FieldChange, LabelChange, label_drift
+from reconcile.kube import labels
+from reconcile.kube.kinds import workload_id
+from reconcile.kube.objects import ApiResource, LiveNode
+
+__all__ = ["Finding", "Severity", "overlay", "projected_labels"]  # re-exported for views
 
 PLAN_API_VERSION: Final = "reconcile.dev/v1alpha1"
 # Like nfd-master's nfd.node.kubernetes.io/feature-labels: the keys this tool has set.
@@ -50,9 +61,9 @@ class NodePlan(_Frozen):
     source: str
     changes: tuple[LabelChange, ...]
     inventory: tuple[str, ...]
-    # Set when these changes move a GPU node onto a driver image the matrix does not list:
-    # apply refuses the node unless told --allow-missing-image.
-    unsupportedImage: str | None = None
+    # Why apply must not write these changes unless told to (the node policy's word: for
+    # GPU nodes, a driver image the support matrix does not list; --allow-missing-image).
+    refusal: str | None = None
 
     def patch(self, *, with_precondition: bool = True) -> dict[str, object]:
         """The JSON merge patch for this node: changed labels, inventory, precondition."""
@@ -78,21 +89,6 @@ class PrunableLabel(_Frozen):
     node: str
     key: str
     value: str
-
-
-class PlanWarning(_Frozen):
-    node: str
-    key: str
-    message: str
-
-
-class Finding(_Frozen):
-    """Something the plan reveals beyond label drift, that review must see."""
-
-    severity: Literal["error", "warning"]
-    kind: str
-    subject: str
-    message: str
 
 
 class ObjectPlan(_Frozen):
@@ -169,7 +165,6 @@ class Plan(_Frozen):
     missingNodes: tuple[MissingNode, ...] = ()
     # Labels reconcile set earlier that desired/ no longer declares; removed only with --prune.
     prunable: tuple[PrunableLabel, ...] = ()
-    warnings: tuple[PlanWarning, ...] = ()
     findings: tuple[Finding, ...] = ()
     # Workload objects in apply order (prunes last, in reverse order).
     objects: tuple[ObjectPlan, ...] = ()
@@ -272,99 +267,16 @@ def parse_inventory(annotations: dict[str, str]) -> frozenset[str]:
     return frozenset(key for key in raw.split(",") if key and not labels.is_kubelet_owned(key))
 
 
-def owned(
-    changes: list[LabelChange], live: LiveNode, inventory: frozenset[str]
-) -> list[LabelChange]:
-    """The changes with the component that writes each label filled in."""
-    nfd = labels.nfd_feature_labels(live.annotations.get(labels.NFD_FEATURE_LABELS_ANNOTATION, ""))
-    return [
-        c.model_copy(update={"owner": labels.label_owner(c.key, nfd, inventory)}) for c in changes
-    ]
-
-
-def fights(node_plan: NodePlan, live: LiveNode) -> list[PlanWarning]:
-    """Changes that overwrite a value its owner wrote: the owner will write it back."""
-    found = []
-    for change in node_plan.changes:
-        writers = labels.WRITER_MANAGERS.get(change.owner or "", frozenset())
-        manager = live.label_managers.get(change.key)
-        if manager in writers and change.before is not None:
-            found.append(
-                PlanWarning(
-                    node=node_plan.name,
-                    key=change.key,
-                    message=(
-                        f"{change.owner} wrote {change.before!r} (field manager {manager}) and "
-                        "re-asserts it on its next resync: the label will flap unless its "
-                        "source changes too"
-                    ),
-                )
-            )
-    return found
-
-
-def overlay(live_labels: Mapping[str, str], changes: Iterable[LabelChange]) -> dict[str, str]:
-    """The labels a node carries once `changes` are applied."""
-    result = dict(live_labels)
-    for change in changes:
-        if change.after is None:
-            result.pop(change.key, None)
-        else:
-            result[change.key] = change.after
-    return result
-
-
-def projected_labels(
-    desired: DesiredState, live: Iterable[LiveNode], planned: Iterable[NodePlan] | None = None
-) -> dict[str, dict[str, str]]:
-    """Every node's labels as they will be after apply, and for a node declared but not
-    (yet) in the cluster, what desired declares. With `planned`, the live labels with the
-    plan's own changes laid over, prunes included; without, desired laid over live."""
-    projected = {node.name: dict(node.labels) for node in live}
-    if planned is not None:
-        for node_plan in planned:
-            projected[node_plan.name] = overlay(
-                projected.get(node_plan.name, {}), node_plan.changes
-            )
-    for name, want in desired.nodes.items():
-        if planned is not None and name in projected:
-            continue
-        labels_ = projected.setdefault(name, {})
-        for key, value in want.labels.items():
-            if value is None:
-                labels_.pop(key, None)
-            else:
-                labels_[key] = value
-    return projected
-
-
-def _unsupported_image(
-    live: LiveNode, changes: list[LabelChange], matrix: frozenset[str]
-) -> str | None:
-    """The image tag these changes would move a GPU node onto, if the matrix lacks it."""
-    if not matrix or not any(
-        c.key in drivers.TAG_PARTS or c.key == drivers.GPU_PRESENT for c in changes
-    ):
-        return None
-    after = overlay(live.labels, changes)
-    if not drivers.is_gpu_node(after):
-        return None
-    try:
-        tag = drivers.node_tag(live.name, after)
-    except drivers.TagError as e:
-        return f"(none: label {e.label} would be missing)"
-    return None if tag in matrix else tag
-
-
 def plan_node(
-    desired: DesiredNode, live: LiveNode, *, prune: bool, matrix: frozenset[str] = frozenset()
+    desired: DesiredNode, live: LiveNode, *, prune: bool, policy: NodePolicy = NO_POLICY
 ) -> NodePlan | None:
     """What makes `live` match `desired`, or None when it already does."""
     inventory = parse_inventory(live.annotations)
     undeclared = {key for key in inventory if key not in desired.labels and key in live.labels}
-    changes = owned(
-        label_drift(desired.labels, live.labels, prune=undeclared if prune else ()), live, inventory
-    )
+    changes = [
+        c.model_copy(update={"owner": policy.owner(live, c.key, inventory)})
+        for c in label_drift(desired.labels, live.labels, prune=undeclared if prune else ())
+    ]
     if not changes:
         return None
     managed = {key for key, value in desired.labels.items() if value is not None}
@@ -376,41 +288,8 @@ def plan_node(
         source=str(desired.source.file),
         changes=tuple(changes),
         inventory=tuple(sorted(managed)),
-        unsupportedImage=_unsupported_image(live, changes, matrix),
+        refusal=policy.refusal(live, changes),
     )
-
-
-def coverage_findings(
-    desired: DesiredState, live: Iterable[LiveNode], planned: Iterable[NodePlan] | None = None
-) -> list[Finding]:
-    """GPU nodes whose driver image, after apply, is not in the support matrix."""
-    if not desired.matrix:
-        return []  # nothing declared to check against
-    found = []
-    projected = projected_labels(desired, live, planned)
-    for item in drivers.coverage(projected.items(), desired.matrix_tags):
-        if item.tag is None:
-            found.append(
-                Finding(
-                    severity="error",
-                    kind="driver-tag-incomplete",
-                    subject=item.node,
-                    message=item.problem,
-                )
-            )
-        elif not item.covered:
-            found.append(
-                Finding(
-                    severity="error",
-                    kind="driver-image-missing",
-                    subject=item.node,
-                    message=(
-                        f"driver image {item.tag} is not in the support matrix: build and push it, "
-                        "then add its row to desired/drivers/"
-                    ),
-                )
-            )
-    return found
 
 
 def _refuse_empty_label_prune(
@@ -445,25 +324,25 @@ def build_plan(
     *,
     prune: bool = False,
     allow_empty_prune: bool = False,
+    policy: NodePolicy = NO_POLICY,
 ) -> Plan:
     """Label drift of every declared node. With `prune`, also the removal of labels that
     reconcile set and desired/ no longer declares; a prune of every such label is refused
-    (EmptyPrune) unless `allow_empty_prune`."""
+    (EmptyPrune) unless `allow_empty_prune`. Findings come from checks, run on the whole
+    plan by the plan operation."""
     live = list(live)
     live_by_name = {node.name: node for node in live}
     nodes: list[NodePlan] = []
     missing: list[MissingNode] = []
     prunable: list[PrunableLabel] = []
-    warnings: list[PlanWarning] = []
     for name, want in desired.nodes.items():
         node = live_by_name.get(name)
         if node is None:
             missing.append(MissingNode(name=name, source=str(want.source)))
             continue
-        node_plan = plan_node(want, node, prune=prune, matrix=desired.matrix_tags)
+        node_plan = plan_node(want, node, prune=prune, policy=policy)
         if node_plan is not None:
             nodes.append(node_plan)
-            warnings.extend(fights(node_plan, node))
         if not prune:
             prunable.extend(
                 PrunableLabel(node=name, key=key, value=node.labels[key])
@@ -478,6 +357,4 @@ def build_plan(
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         missingNodes=tuple(missing),
         prunable=tuple(prunable),
-        warnings=tuple(warnings),
-        findings=tuple(coverage_findings(desired, live, nodes)),
     )

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from reconcile import diagnostics as diag
+from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Diagnostic
-from reconcile.kinds import apply_rank, workload_id
-from reconcile.models import DesiredState, LiveNode, Manifest
-from reconcile.plan import Finding
-from reconcile.selector import (
+from reconcile.engine.checks import Finding, Projection, Severity
+from reconcile.kube.kinds import apply_rank, workload_id
+from reconcile.kube.objects import LiveNode
+from reconcile.kube.selector import (
     Op,
     Requirement,
     Selector,
@@ -572,7 +573,9 @@ def impact(
         else:
             message = f"no node will take it after apply: {then.reason}"
         found.append(
-            Finding(severity="error", kind="unschedulable", subject=template.id, message=message)
+            Finding(
+                severity=Severity.ERROR, kind="unschedulable", subject=template.id, message=message
+            )
         )
     before_by_name = {node.name: node for node in before}
     after_by_name = {node.name: node for node in after}
@@ -585,7 +588,7 @@ def impact(
         ) and not required_node_affinity_matches(pod.spec, then_node):
             found.append(
                 Finding(
-                    severity="warning",
+                    severity=Severity.WARNING,
                     kind="affinity-lost",
                     subject=pod.id,
                     message=(
@@ -595,3 +598,20 @@ def impact(
                 )
             )
     return found
+
+
+def impact_check(projection: Projection) -> list[Finding]:
+    """The plan's placement impact, as a check: workloads and running pods the change
+    strands. Pods are read only when labels change."""
+    state = projection.desired
+    if not (state.manifests or projection.nodes):
+        return []
+    pods = running_pods(projection.pods) if projection.nodes else []
+    touched = {obj.id for obj in projection.objects}
+    return impact(
+        state,
+        node_views(projection.live),
+        node_views(projection.live, projection.labels_after),
+        unchanged=frozenset(t.id for t in workloads(state) if t.id not in touched),
+        pods=pods,
+    )

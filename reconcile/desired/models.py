@@ -15,8 +15,8 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from reconcile import labels
 from reconcile.diagnostics import Source
+from reconcile.kube import labels
 
 API_GROUP: Final = "reconcile.dev"
 API_VERSION: Final = f"{API_GROUP}/v1alpha1"
@@ -257,40 +257,3 @@ class DesiredState:
     @property
     def matrix_tags(self) -> frozenset[str]:
         return frozenset(row.tag for row in self.matrix)
-
-
-@dataclass(frozen=True)
-class LiveNode:
-    """What the cluster says about one node, as far as reconcile needs it."""
-
-    name: str
-    resource_version: str
-    labels: dict[str, str]
-    annotations: dict[str, str] = field(default_factory=dict)
-    unschedulable: bool = False
-    taints: tuple[dict[str, Any], ...] = ()
-    # label key -> the field manager that last wrote it (from metadata.managedFields)
-    label_managers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ApiResource:
-    """A kind as the API server serves it (from discovery)."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, namespace: str = "", name: str = "") -> str:
-        """The REST path of the collection (no name) or of one object."""
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        return f"{base}/{name}" if name else base

@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 import click
 
 from reconcile import diagnostics as diag
+from reconcile.cli.views import Format
 from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError
-from reconcile.views import Format
 
 if TYPE_CHECKING:
-    from reconcile.cluster import Cluster
-    from reconcile.models import DesiredState
-    from reconcile.plan import Plan
+    from reconcile.desired.models import DesiredState
+    from reconcile.engine.operations import PlanRequest
+    from reconcile.engine.plan import Plan
+    from reconcile.kube.client import Cluster
 
 EXIT_OK = 0
 EXIT_DRIFT = 1
@@ -51,7 +52,7 @@ class Globals:
 
     def connect(self, timeout: float | None = None) -> Cluster:
         """The cluster; transient failures are retried until `timeout` (overall) runs out."""
-        from reconcile.cluster import Cluster
+        from reconcile.kube.client import Cluster
 
         cluster = Cluster.connect(
             self.kubeconfig, self.context, request_timeout=self.request_timeout, timeout=timeout
@@ -210,7 +211,7 @@ def _err() -> TextIO:
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     """One `error:` line (whatever the message holds), then exit. A URL in it loses its
     user info: a password embedded in the server URL is never printed."""
-    from reconcile.views import severity_prefix
+    from reconcile.cli.views import severity_prefix
 
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
     _err().write(f"{severity_prefix('error', sys.stderr)} {diag.without_userinfo(line)}\n")
@@ -223,7 +224,7 @@ def _errors_to_exit_codes() -> Iterator[None]:
     try:
         yield
     except InvalidInput as e:
-        from reconcile.views import render_diagnostics
+        from reconcile.cli.views import render_diagnostics
 
         render_diagnostics(e.diagnostics, _err())
         fail(f"{e}: nothing was sent to the cluster")
@@ -236,7 +237,7 @@ def _errors_to_exit_codes() -> Iterator[None]:
 
 def _check_node_name(node: str) -> None:
     """A NODE argument that is not a valid node name never reaches a request path."""
-    from reconcile.apivalidation import name_problem
+    from reconcile.kube.validation import name_problem
 
     problem = name_problem(node, "node")
     if problem:
@@ -247,8 +248,9 @@ def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState,
     """desired/ loaded, and every problem with it: the files, then (when they load) the
     GPU label conventions and what can never schedule. `coverage_check` adds the
     support-matrix check that `plan` makes against the cluster instead."""
-    from reconcile import drivers, placement, workloads
-    from reconcile.loader import load_desired
+    from reconcile.desired.loader import load_desired
+    from reconcile.engine import placement, workloads
+    from reconcile.gpu import drivers
 
     state, problems = load_desired(g.desired)
     if not diag.has_errors(problems):
@@ -263,7 +265,7 @@ def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState,
 
 def load_or_fail(g: Globals) -> DesiredState:
     """The validated desired state; every problem printed and exit 2 if there is one."""
-    from reconcile.views import render_diagnostics
+    from reconcile.cli.views import render_diagnostics
 
     state, problems = desired_problems(g, coverage_check=False)
     if diag.has_errors(problems):
@@ -317,74 +319,43 @@ def main() -> None:
 @common_options
 def validate(g: Globals) -> None:
     """Check every file under desired/ without a cluster; print every problem as file:line:col."""
-    from reconcile.views import render_validation
+    from reconcile.cli.views import render_validation
 
     _, problems = desired_problems(g, coverage_check=True)
     render_validation(problems, g.output, _out(), _err())
     sys.exit(EXIT_ERROR if diag.has_errors(problems) else EXIT_OK)
 
 
-@dataclass(frozen=True)
-class PruneOptions:
-    prune: bool = False
-    allow_empty_prune: bool = False
-    prune_namespace_contents: bool = False
-
-
-def _full_plan(
-    cluster: Cluster,
+def _plan_request(
     state: DesiredState,
-    prune: PruneOptions,
     *,
-    force: bool,
+    prune: bool,
+    allow_empty_prune: bool,
+    prune_namespace_contents: bool,
+    force_conflicts: bool,
     recreate: bool,
-) -> Plan:
-    """Label drift for the nodes, the workload objects by server-side dry-run, what the
-    change (prunes included) does to placement, bound to the cluster and desired/ tree."""
-    from reconcile import placement
-    from reconcile.plan import ClusterIdentity, build_plan, projected_labels
-    from reconcile.workloads import plan_objects
+) -> PlanRequest:
+    from reconcile.engine.operations import PlanRequest
 
-    server, uid = cluster.identity()
-    live = cluster.list_nodes()
-    the_plan = build_plan(state, live, prune=prune.prune, allow_empty_prune=prune.allow_empty_prune)
-    # The inventory is read even with nothing declared: what a prune would delete is
-    # always known, and deleting all of it is refused unless asked for.
-    objects = plan_objects(
+    return PlanRequest(
         state,
-        cluster,
-        prune=prune.prune,
-        force=force,
+        prune=prune,
+        allow_empty_prune=allow_empty_prune,
+        prune_namespace_contents=prune_namespace_contents,
+        force_conflicts=force_conflicts,
         recreate=recreate,
-        allow_empty_prune=prune.allow_empty_prune,
-        prune_namespace_contents=prune.prune_namespace_contents,
     )
-    the_plan = the_plan.with_objects(
-        objects.objects,
-        objects.findings,
-        objects.prunable,
-        objects.inventory,
-        force_conflicts=force,
+
+
+def gpu_plan(cluster: Cluster, request: PlanRequest) -> Plan:
+    """The plan operation with the GPU domain's policy and checks: what `plan` and
+    `apply` run."""
+    from reconcile.engine import operations
+    from reconcile.gpu import checks as gpu
+
+    return operations.plan(
+        request, cluster, policy=gpu.policy(request.desired), checks=gpu.ALL_CHECKS
     )
-    findings: list[Any] = []
-    if state.manifests or the_plan.nodes:
-        # Running pods matter only when labels change: then every pod is listed once.
-        pods = placement.running_pods(cluster.list_all("/api/v1/pods")) if the_plan.nodes else []
-        touched = {obj.id for obj in the_plan.objects}
-        findings = placement.impact(
-            state,
-            placement.node_views(live),
-            placement.node_views(live, projected_labels(state, live, the_plan.nodes)),
-            unchanged=frozenset(t.id for t in placement.workloads(state) if t.id not in touched),
-            pods=pods,
-        )
-    the_plan = the_plan.model_copy(
-        update={
-            "findings": (*the_plan.findings, *findings),
-            "pruneNamespaceContents": prune.prune_namespace_contents,
-        }
-    )
-    return the_plan.bound(ClusterIdentity(server=server, kubeSystemUID=uid), state.digest)
 
 
 def _prune_options(command: F) -> F:
@@ -463,19 +434,23 @@ def plan(
 ) -> None:
     """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`
     (and `<kind>/<namespace>/<name> <field> <value>` for workload objects)."""
-    from reconcile.views import render_plan
+    from reconcile.cli.views import render_plan
 
     if out_file is not None:
         _check_writable(out_file)
     with _errors_to_exit_codes():
         state = load_or_fail(g)
         cluster = g.connect(timeout)
-        the_plan = _full_plan(
+        the_plan = gpu_plan(
             cluster,
-            state,
-            PruneOptions(prune, allow_empty_prune, prune_namespace_contents),
-            force=force_conflicts,
-            recreate=recreate,
+            _plan_request(
+                state,
+                prune=prune,
+                allow_empty_prune=allow_empty_prune,
+                prune_namespace_contents=prune_namespace_contents,
+                force_conflicts=force_conflicts,
+                recreate=recreate,
+            ),
         )
         if out_file is not None:
             try:
@@ -525,23 +500,12 @@ def apply(
     reject any object (a conflict, an immutable field, an invalid manifest), nothing at
     all is applied.
     """
-    from reconcile.apply import (
-        ApplyResult,
-        apply_objects,
-        apply_plan,
-        check_fresh,
-        check_manifests,
-        check_objects_fresh,
-        check_saved,
-        preflight_objects,
-    )
-    from reconcile.plan import ClusterIdentity, Plan
-    from reconcile.views import render_apply
-    from reconcile.workloads import desired_configs, rejections
+    from reconcile.cli.views import render_apply
+    from reconcile.engine import operations
+    from reconcile.engine.workloads import desired_configs
+    from reconcile.gpu import checks as gpu
 
     with _errors_to_exit_codes():
-        state = None
-        configs: dict[str, dict[str, Any]] = {}
         if plan_file is not None:
             if (
                 prune
@@ -554,73 +518,52 @@ def apply(
                     "--prune, --allow-empty-prune, --prune-namespace-contents, --recreate and "
                     "--force-conflicts are decided when planning: use `reconcile plan ... --out FILE`"
                 )
-            the_plan = Plan.load(plan_file)
-            checked = load_or_fail(g) if g.desired.is_dir() else None
-            by_digest = [o.id for o in the_plan.objects if o.manifestDigest is not None]
-            if checked is None and by_digest:
-                # A saved plan never holds a Secret's values: they come from desired/ again.
-                fail(
-                    f"{plan_file} holds {', '.join(by_digest)} by digest only (a saved plan "
-                    f"never holds a Secret's values) and {g.desired} is not a directory: "
-                    "apply it next to the desired/ tree it was planned from (--desired DIR)"
-                )
-            if checked is None:
+            state = load_or_fail(g) if g.desired.is_dir() else None
+            saved = operations.open_saved(plan_file, state)
+            if state is None:
                 _err().write(
                     f"warning: no desired/ tree at {g.desired}: the plan is checked against the "
                     "live inventories only; apply it from the checkout it was made from\n"
                 )
-            else:
-                configs = desired_configs(checked)
-                check_manifests(the_plan, configs)
             cluster = g.connect(timeout)
-            server, uid = cluster.identity()
-            live_nodes = cluster.list_nodes()
-            check_saved(
-                the_plan,
-                ClusterIdentity(server=server, kubeSystemUID=uid),
-                live_nodes,
-                cluster,
-                checked,
-                checked.digest if checked is not None else None,
+            operations.verify_saved(saved, cluster)
+            request = operations.ApplyRequest(
+                saved.plan,
+                desired=state,
+                saved=True,
+                configs=saved.configs,
+                parallel=parallel,
+                allow_refused=allow_missing_image,
             )
-            check_fresh(the_plan, live_nodes)
-            check_objects_fresh(the_plan, cluster)
         else:
             state = load_or_fail(g)
             cluster = g.connect(timeout)
-            the_plan = _full_plan(
+            the_plan = gpu_plan(
                 cluster,
-                state,
-                PruneOptions(prune, allow_empty_prune, prune_namespace_contents),
-                force=force_conflicts,
-                recreate=recreate,
+                _plan_request(
+                    state,
+                    prune=prune,
+                    allow_empty_prune=allow_empty_prune,
+                    prune_namespace_contents=prune_namespace_contents,
+                    force_conflicts=force_conflicts,
+                    recreate=recreate,
+                ),
             )
-            configs = desired_configs(state)
-        rejected = [f"{f.subject}: {f.message}" for f in rejections(the_plan.findings)]
-        if not rejected and plan_file is not None:
-            rejected = preflight_objects(the_plan, cluster, saved=True, configs=configs)
-        stopped: list[int] = []
-        if rejected:
-            result = ApplyResult(rejected=tuple(rejected))
-        else:
-            with _stoppable() as stopped:
-                nodes = apply_plan(
-                    the_plan,
-                    cluster,
-                    desired=state,
-                    parallel=parallel,
-                    allow_missing_image=allow_missing_image,
-                    should_stop=lambda: bool(stopped),
-                    progress=_progress_bar("nodes"),
-                )
-                objects = apply_objects(
-                    the_plan,
-                    cluster,
-                    saved=plan_file is not None,
-                    configs=configs,
-                    should_stop=lambda: bool(stopped),
-                )
-            result = dataclasses.replace(nodes, objects=objects, retries=cluster.retries)
+            request = operations.ApplyRequest(
+                the_plan,
+                desired=state,
+                configs=desired_configs(state),
+                parallel=parallel,
+                allow_refused=allow_missing_image,
+            )
+        with _stoppable() as stopped:
+            result = operations.apply(
+                request,
+                cluster,
+                policy=gpu.policy(state) if state is not None else gpu.GpuPolicy(),
+                should_stop=lambda: bool(stopped),
+                progress=_progress_bar("nodes"),
+            )
         render_apply(result, g.output, _out(), _err())
         if stopped:
             signum = stopped[0]
@@ -650,7 +593,7 @@ def schemas(g: Globals, directory: Path, check: bool) -> None:
     """Write the JSON Schema of every desired-state kind (generated from the models)."""
     import json
 
-    from reconcile.plan import all_schemas
+    from reconcile.engine.plan import all_schemas
 
     stale = []
     for name, schema in all_schemas().items():
@@ -751,9 +694,9 @@ def placement_command(g: Globals, source: str) -> None:
     cluster will have after apply: `<kind>/<namespace>/<name> <node>,<node>...` or
     `<kind>/<namespace>/<name> PENDING <the scheduler's reason>`. Exit 1 if anything cannot
     be placed in full."""
-    from reconcile import placement
-    from reconcile.plan import projected_labels
-    from reconcile.views import write_json
+    from reconcile.cli.views import write_json
+    from reconcile.engine import placement
+    from reconcile.engine.plan import projected_labels
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)
@@ -831,8 +774,8 @@ def upgrade(
     Eviction API, relabel, validate, uncordon. Each step moves the node's
     nvidia.com/gpu-driver-upgrade-state label; an interrupted run resumes from it.
     """
-    from reconcile import drivers
-    from reconcile.upgrade import Upgrade, UpgradeFailed
+    from reconcile.gpu import drivers
+    from reconcile.gpu.upgrade import Upgrade, UpgradeFailed
 
     _check_node_name(node)
     try:
@@ -911,7 +854,7 @@ def _desired_note(
     note: Callable[[str], None],
 ) -> None:
     """Say when git still declares the old driver (the next apply would revert it), or fix it."""
-    from reconcile.loader import write_labels
+    from reconcile.desired.loader import write_labels
 
     declared = state.nodes.get(node)
     if declared is None:
@@ -968,9 +911,9 @@ def import_command(
     """
     import difflib
 
-    from reconcile import labels
-    from reconcile.loader import load_desired, new_node_file, read_text, render_labels
-    from reconcile.safefiles import write_inside
+    from reconcile.desired.loader import load_desired, new_node_file, read_text, render_labels
+    from reconcile.files import write_inside
+    from reconcile.kube import labels
 
     for prefix in prefixes:
         if labels.is_kubernetes_reserved(prefix):
@@ -1030,7 +973,7 @@ def import_command(
 def _check_imported(name: str, values: dict[str, str]) -> None:
     """Refuse a node name or label the API server would not hold (from a proxy or a server
     that does not validate): it would become a path outside desired/ or broken YAML."""
-    from reconcile import labels
+    from reconcile.kube import labels
 
     problems = labels.is_dns1123_subdomain(name)
     if problems:
@@ -1061,8 +1004,8 @@ def rbac_command(g: Globals, service_account: str) -> None:
     desired/, and nothing more: workload verbs only in the namespaces desired/ declares
     objects in, for the kinds it declares there. Offline; `kubectl apply -f` the output.
     """
-    from reconcile import rbac
-    from reconcile.views import render_rbac
+    from reconcile.cli.views import render_rbac
+    from reconcile.engine import rbac
 
     problem = rbac.service_account_problem(service_account)
     if problem:
@@ -1100,8 +1043,8 @@ def sanitize(g: Globals, values: tuple[str, ...]) -> None:
       reconcile sanitize "NVIDIA A100-SXM4-40GB"   ->   NVIDIA-A100-SXM4-40GB
     A value with nothing left is an error (exit 2), never an empty line.
     """
-    from reconcile.labels import sanitize_label_value
-    from reconcile.views import write_json
+    from reconcile.cli.views import write_json
+    from reconcile.kube.labels import sanitize_label_value
 
     results = [(value, sanitize_label_value(value)) for value in values]
     failed = [value for value, sanitized in results if not sanitized]
@@ -1126,8 +1069,8 @@ def audit(g: Globals) -> None:
     One line `<node> <key> <reason>` per finding (missing, not-a-number, too-long,
     bad-format) and exit 1; otherwise the single line OK and exit 0.
     """
-    from reconcile import drivers
-    from reconcile.views import render_findings
+    from reconcile.cli.views import render_findings
+    from reconcile.gpu import drivers
 
     with _errors_to_exit_codes():
         nodes = g.connect().list_nodes(label_selector=drivers.GPU_NODES)
@@ -1157,8 +1100,8 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
 
     A missing or empty part is an error (exit 2) naming the label, never an odd tag.
     """
-    from reconcile import drivers
-    from reconcile.views import write_json
+    from reconcile.cli.views import write_json
+    from reconcile.gpu import drivers
 
     if bool(node) == all_nodes:
         fail("give a NODE or --all")
@@ -1192,8 +1135,8 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
 def drivers_audit(g: Globals) -> None:
     """Every live GPU node whose driver image is not in desired/drivers/: `<node> MISSING <tag>`
     and exit 1; otherwise OK and exit 0. A node whose tag cannot be built is an error (exit 2)."""
-    from reconcile import drivers
-    from reconcile.views import render_findings
+    from reconcile.cli.views import render_findings
+    from reconcile.gpu import drivers
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)
@@ -1223,8 +1166,8 @@ def report(g: Globals) -> None:
     """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
     tag and driver upgrade state, as shell-sourceable KEY=value lines."""
-    from reconcile import drivers
-    from reconcile.views import render_report, write_json
+    from reconcile.cli.views import render_report, write_json
+    from reconcile.gpu import drivers
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)

@@ -23,9 +23,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconcile.kinds import BUILTIN_NAMESPACED, plural
-from reconcile.models import DesiredState
-from reconcile.workloads import INVENTORY_NAME, INVENTORY_NAMESPACE
+from reconcile.desired.models import DesiredState
+from reconcile.engine.workloads import INVENTORY_NAME, INVENTORY_NAMESPACE
+from reconcile.kube.kinds import BUILTIN_NAMESPACED, plural
 
 RBAC_API: Final = "rbac.authorization.k8s.io/v1"
 ROLE_NAME: Final = "reconcile"

@@ -26,11 +26,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from reconcile import sensitive
+from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Conflict, NotFound, PlanRefused, ReconcileError, StalePlan
-from reconcile.diff import LabelChange
-from reconcile.models import DesiredState, LiveNode
-from reconcile.plan import (
+from reconcile.engine.checks import NO_POLICY, NodePolicy
+from reconcile.engine.diff import LabelChange
+from reconcile.engine.plan import (
     ClusterIdentity,
     MissingNode,
     NodePlan,
@@ -39,7 +39,7 @@ from reconcile.plan import (
     parse_inventory,
     plan_node,
 )
-from reconcile.workloads import (
+from reconcile.engine.workloads import (
     CONFIGMAPS,
     INVENTORY_NAME,
     INVENTORY_NAMESPACE,
@@ -52,6 +52,8 @@ from reconcile.workloads import (
     read_inventory,
     replan_object,
 )
+from reconcile.kube import sensitive
+from reconcile.kube.objects import LiveNode
 
 DONE_BY_OTHERS: Final = "already done by another writer: not applied by this run"
 
@@ -137,17 +139,11 @@ def _refuse_moved(moved: Iterable[str | None]) -> None:
         )
 
 
-def refusal(node_plan: NodePlan, *, allow_missing_image: bool) -> NodeResult | None:
-    """A node apply must not converge: its changes move it onto an image that is not built."""
-    if node_plan.unsupportedImage is None or allow_missing_image:
+def refusal(node_plan: NodePlan, *, allow_refused: bool) -> NodeResult | None:
+    """A node apply must not converge: the node policy refused its changes."""
+    if node_plan.refusal is None or allow_refused:
         return None
-    return NodeResult(
-        node_plan.name,
-        error=(
-            f"refused: these changes move the node onto driver image {node_plan.unsupportedImage}, "
-            "which is not in the support matrix; add the image first, or pass --allow-missing-image"
-        ),
-    )
+    return NodeResult(node_plan.name, error=node_plan.refusal)
 
 
 def apply_plan(
@@ -156,7 +152,8 @@ def apply_plan(
     *,
     desired: DesiredState | None = None,
     parallel: int = 1,
-    allow_missing_image: bool = False,
+    allow_refused: bool = False,
+    policy: NodePolicy = NO_POLICY,
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[int, int], None] | None = None,
 ) -> ApplyResult:
@@ -169,7 +166,7 @@ def apply_plan(
     def one(node_plan: NodePlan) -> NodeResult | None:
         if should_stop():
             return None  # not started: the next run picks it up
-        refused = refusal(node_plan, allow_missing_image=allow_missing_image)
+        refused = refusal(node_plan, allow_refused=allow_refused)
         if refused is not None:
             result = refused
         elif desired is None:
@@ -179,8 +176,8 @@ def apply_plan(
             result = _apply_fresh(
                 node_plan,
                 cluster,
-                lambda live: plan_node(want, live, prune=plan.prune, matrix=desired.matrix_tags),
-                allow_missing_image=allow_missing_image,
+                lambda live: plan_node(want, live, prune=plan.prune, policy=policy),
+                allow_refused=allow_refused,
             )
         if progress is not None:
             with lock:
@@ -236,14 +233,14 @@ def _apply_fresh(
     cluster: NodeWriter,
     replan: Callable[[LiveNode], NodePlan | None],
     *,
-    allow_missing_image: bool,
+    allow_refused: bool,
 ) -> NodeResult:
     current: NodePlan | None = node_plan
     conflicts = 0
     ours_maybe = False  # a write of ours may have landed with its answer lost
     live: LiveNode | None = None
     while current is not None:
-        refused = refusal(current, allow_missing_image=allow_missing_image)
+        refused = refusal(current, allow_refused=allow_refused)
         if refused is not None:
             return refused
         try:

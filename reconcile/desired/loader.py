@@ -31,11 +31,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from reconcile import apivalidation, labels, safefiles
 from reconcile import diagnostics as diag
-from reconcile.diagnostics import Diagnostic, Source
-from reconcile.kinds import BUILTIN_NAMESPACED, workload_id
-from reconcile.models import (
+from reconcile import files as safefiles
+from reconcile.desired.models import (
     API_VERSION,
     DRIVER_SUPPORT_MATRIX,
     KINDS,
@@ -48,6 +46,10 @@ from reconcile.models import (
     MatrixRow,
     NodeFeatures,
 )
+from reconcile.diagnostics import Diagnostic, Source
+from reconcile.kube import labels
+from reconcile.kube import validation as apivalidation
+from reconcile.kube.kinds import BUILTIN_NAMESPACED, workload_id
 
 YAML_SUFFIXES: Final = (".yaml", ".yml")
 CSV_HEADER: Final = ("driver_branch", "kernel", "os_tag")

@@ -16,13 +16,13 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
-from reconcile import labels
-from reconcile.apply import ApplyResult
 from reconcile.diagnostics import Diagnostic, Severity
-from reconcile.diff import FieldChange, LabelChange
-from reconcile.plan import PLAN_API_VERSION, MissingNode, Plan
-from reconcile.rbac import HEADER as RBAC_HEADER
-from reconcile.rbac import RbacObject
+from reconcile.engine.apply import ApplyResult
+from reconcile.engine.diff import FieldChange, LabelChange
+from reconcile.engine.plan import PLAN_API_VERSION, MissingNode, Plan
+from reconcile.engine.rbac import HEADER as RBAC_HEADER
+from reconcile.engine.rbac import RbacObject
+from reconcile.kube import labels
 
 
 class Format(enum.StrEnum):
@@ -160,10 +160,6 @@ def render_plan(
         out.writelines(line + "\n" for line in obj.lines())
     for missing in plan.missingNodes:
         err.write(_missing_note(missing) + "\n")
-    for warning in plan.warnings:
-        err.write(
-            f"{severity_prefix('warning', err)} {warning.node} {warning.key}: {warning.message}\n"
-        )
     for finding in plan.findings:
         err.write(
             f"{severity_prefix(finding.severity, err)} {finding.subject}: {finding.message}\n"
@@ -220,13 +216,6 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
         out.write("\n**Declared but not in the cluster:**\n\n")
         for missing in plan.missingNodes:
             out.write(f"- {_code(missing.name, cell=False)} ({_md(missing.source)})\n")
-    if plan.warnings:
-        out.write("\n**Warnings:**\n\n")
-        for warning in plan.warnings:
-            out.write(
-                f"- {_code(warning.node, cell=False)} {_code(warning.key, cell=False)}: "
-                f"{_md(warning.message)}\n"
-            )
     if plan.prunable:
         out.write(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from reconcile import labels
+from reconcile.kube import labels
 
 
 class SelectorError(ValueError):

@@ -247,43 +247,6 @@ def is_kubernetes_reserved(key: str) -> bool:
     return domain.endswith(("kubernetes.io", "k8s.io"))
 
 
-# --- provenance: who writes which label ----------------------------------------------------
-
-NFD: Final = "nfd-worker"
-GFD: Final = "gpu-feature-discovery"
-GPU_OPERATOR: Final = "gpu-operator"
-RECONCILE: Final = "reconcile"
-NFD_FEATURE_LABELS_ANNOTATION: Final = "nfd.node.kubernetes.io/feature-labels"
+# Node Feature Discovery's default label namespace: under kubernetes.io, yet not reserved
+# for the kubelet or the cluster (NFD publishes user features there).
 NFD_DEFAULT_NAMESPACE: Final = "feature.node.kubernetes.io/"
-UPGRADE_STATE_LABEL: Final = "nvidia.com/gpu-driver-upgrade-state"
-
-# The field managers through which each writer's labels reach the node: GFD's labels go
-# through NFD (a feature file or a NodeFeature object) and are written by nfd-master.
-WRITER_MANAGERS: Final = {
-    NFD: frozenset({"nfd-master", "nfd-worker"}),
-    GFD: frozenset({"nfd-master", "gpu-feature-discovery"}),
-    GPU_OPERATOR: frozenset({"gpu-operator"}),
-}
-
-
-def nfd_feature_labels(annotation: str) -> frozenset[str]:
-    """Full label keys from nfd-master's feature-labels annotation (bare names are in
-    the default feature.node.kubernetes.io/ namespace)."""
-    keys = (name.strip() for name in annotation.split(","))
-    return frozenset(key if "/" in key else NFD_DEFAULT_NAMESPACE + key for key in keys if key)
-
-
-def label_owner(
-    key: str, nfd_owned: frozenset[str] = frozenset(), managed: frozenset[str] = frozenset()
-) -> str | None:
-    """Which component writes `key`: by nfd-master's record first, then by prefix, then
-    reconcile's own inventory; None when nobody known owns it."""
-    if key in nfd_owned or key.startswith(NFD_DEFAULT_NAMESPACE):
-        return NFD
-    if key == UPGRADE_STATE_LABEL or key.startswith("nvidia.com/gpu.deploy."):
-        return GPU_OPERATOR
-    if key.startswith(("nvidia.com/gpu.", "nvidia.com/cuda.", "nvidia.com/mig.")):
-        return GFD
-    if key in managed:
-        return RECONCILE
-    return None

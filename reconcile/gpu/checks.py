@@ -1,0 +1,84 @@
+"""The GPU domain's part in a plan: the node policy (who owns each label; a change that
+moves a GPU node onto a driver image the support matrix lacks is refused) and the checks
+(every GPU node's image after apply is in the matrix; a change that fights its owner)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from reconcile.desired.models import DesiredState
+from reconcile.engine.checks import Check, Finding, Projection, Severity, overlay
+from reconcile.engine.diff import LabelChange
+from reconcile.engine.operations import ENGINE_CHECKS
+from reconcile.gpu import drivers, provenance
+from reconcile.kube.objects import LiveNode
+
+
+@dataclass(frozen=True)
+class GpuPolicy:
+    """Owners by provenance; a refusal when changes move a GPU node onto a driver image
+    that is not in `matrix` (an empty matrix declares nothing to check against)."""
+
+    matrix: frozenset[str] = frozenset()
+
+    def owner(self, live: LiveNode, key: str, inventory: frozenset[str]) -> str | None:
+        return provenance.owner_of(live, key, inventory)
+
+    def refusal(self, live: LiveNode, changes: Sequence[LabelChange]) -> str | None:
+        image = self.unsupported_image(live, changes)
+        if image is None:
+            return None
+        return (
+            f"refused: these changes move the node onto driver image {image}, which is not "
+            "in the support matrix; add the image first, or pass --allow-missing-image"
+        )
+
+    def unsupported_image(self, live: LiveNode, changes: Sequence[LabelChange]) -> str | None:
+        """The image tag these changes would move a GPU node onto, if the matrix lacks it."""
+        if not self.matrix or not any(
+            c.key in drivers.TAG_PARTS or c.key == drivers.GPU_PRESENT for c in changes
+        ):
+            return None
+        after = overlay(live.labels, changes)
+        if not drivers.is_gpu_node(after):
+            return None
+        try:
+            tag = drivers.node_tag(live.name, after)
+        except drivers.TagError as e:
+            return f"(none: label {e.label} would be missing)"
+        return None if tag in self.matrix else tag
+
+
+def driver_coverage(projection: Projection) -> Iterable[Finding]:
+    """GPU nodes whose driver image, after apply, is not in the support matrix."""
+    desired = projection.desired
+    if not desired.matrix:
+        return  # nothing declared to check against
+    for item in drivers.coverage(projection.labels_after.items(), desired.matrix_tags):
+        if item.tag is None:
+            yield Finding(
+                severity=Severity.ERROR,
+                kind="driver-tag-incomplete",
+                subject=item.node,
+                message=item.problem,
+            )
+        elif not item.covered:
+            yield Finding(
+                severity=Severity.ERROR,
+                kind="driver-image-missing",
+                subject=item.node,
+                message=(
+                    f"driver image {item.tag} is not in the support matrix: build and push it, "
+                    "then add its row to desired/drivers/"
+                ),
+            )
+
+
+GPU_CHECKS: tuple[Check, ...] = (driver_coverage, provenance.label_fights)
+# Everything a plan of a GPU cluster runs: the engine's checks and the GPU domain's.
+ALL_CHECKS: tuple[Check, ...] = (*ENGINE_CHECKS, *GPU_CHECKS)
+
+
+def policy(state: DesiredState) -> GpuPolicy:
+    return GpuPolicy(state.matrix_tags)

@@ -1,0 +1,44 @@
+"""What reconcile reads from the API server, as plain values: a node as far as the plan
+needs it, and a kind as discovery serves it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LiveNode:
+    """What the cluster says about one node, as far as reconcile needs it."""
+
+    name: str
+    resource_version: str
+    labels: dict[str, str]
+    annotations: dict[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    taints: tuple[dict[str, Any], ...] = ()
+    # label key -> the field manager that last wrote it (from metadata.managedFields)
+    label_managers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ApiResource:
+    """A kind as the API server serves it (from discovery)."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str = "", name: str = "") -> str:
+        """The REST path of the collection (no name) or of one object."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        return f"{base}/{name}" if name else base

@@ -56,6 +56,8 @@ class Globals:
         cluster = Cluster.connect(
             self.kubeconfig, self.context, request_timeout=self.request_timeout, timeout=timeout
         )
+        if not cluster.tls_verified and all(c.server != cluster.server for c in self.connected):
+            _err().write(f"warning: TLS verification is off for {cluster.server}\n")
         self.connected.append(cluster)
         return cluster
 

@@ -15,8 +15,10 @@ import binascii
 import json
 import os
 import random
+import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -241,9 +243,17 @@ class Cluster:
             shown = ", ".join(paths) or "(in-cluster)"
             raise ConfigError(f"cannot use kubeconfig {shown}: {_broken_config(e)}") from None
         configuration.retries = False  # retries are decided by reconcile, not urllib3
+        if _skips_tls_verification(configuration):
+            _silence_insecure_warnings(str(configuration.host))
         api_client = ApiClient(configuration)
         api_client.user_agent = USER_AGENT
         return cls(api_client, request_timeout=request_timeout, timeout=timeout)
+
+    @property
+    def tls_verified(self) -> bool:
+        """False when the kubeconfig says insecure-skip-tls-verify for an https server:
+        the caller says so once (urllib3's per-request warning is silenced for it)."""
+        return not _skips_tls_verification(self.api_client.configuration)
 
     @property
     def server(self) -> str:
@@ -541,6 +551,21 @@ class Discovery:
                 group, version, entry["name"], entry["kind"], bool(entry.get("namespaced"))
             )
         return found
+
+
+def _skips_tls_verification(configuration: Configuration) -> bool:
+    return str(configuration.host).startswith("https://") and not configuration.verify_ssl
+
+
+def _silence_insecure_warnings(host: str) -> None:
+    """Drop urllib3's InsecureRequestWarning (one per request) for this server's host only:
+    the filter matches the warning's text, which names the host."""
+    hostname = (urllib3.util.parse_url(host).host or "").strip("[]").rstrip(".")
+    warnings.filterwarnings(
+        "ignore",
+        message=f"Unverified HTTPS request is being made to host '{re.escape(hostname)}'",
+        category=urllib3.exceptions.InsecureRequestWarning,
+    )
 
 
 def _config_problem(error: ConfigException) -> str:

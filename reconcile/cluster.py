@@ -12,6 +12,7 @@ server's Status reason and message and never a header, token or kubeconfig conte
 from __future__ import annotations
 
 import binascii
+import functools
 import json
 import os
 import random
@@ -31,7 +32,7 @@ from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
+from kubernetes.config.kube_config import ConfigNode, KubeConfigLoader, KubeConfigMerger
 
 from reconcile import apivalidation
 from reconcile.apivalidation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
@@ -93,12 +94,25 @@ class ConnectFailed(ClusterUnreachable):
     """No connection at all (refused, unreachable): likely a wrong address, retried little."""
 
 
-def _call(fn: Callable[[], T]) -> T:
+@dataclass(frozen=True)
+class _Request:
+    """What an error about a request names: the server, the request, the timeout."""
+
+    server: str
+    method: str
+    path: str
+    timeout: float | None
+    by_deadline: bool = False  # the overall --timeout left less than --request-timeout
+
+
+def _call(fn: Callable[[], T], request: _Request) -> T:
     try:
         return fn()
     except ApiException as e:
         if not e.status:
-            raise ClusterUnreachable(f"API request failed: {e.reason}") from None
+            raise ClusterUnreachable(
+                f"{request.method} {request.path} to {request.server} failed: {e.reason}"
+            ) from None
         raise translate(e) from None
     except urllib3.exceptions.HTTPError as e:
         reason = getattr(e, "reason", None) or e
@@ -107,7 +121,7 @@ def _call(fn: Callable[[], T]) -> T:
             if isinstance(reason, urllib3.exceptions.NewConnectionError)
             else ClusterUnreachable
         )
-        raise kind(_describe_transport_error(e)) from None
+        raise kind(_describe_transport_error(e, request)) from None
 
 
 # Answers worth another try: the server is busy, restarting or briefly unwell.
@@ -144,13 +158,26 @@ class RetryPolicy:
         return wait
 
 
-def _describe_transport_error(error: urllib3.exceptions.HTTPError) -> str:
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _describe_transport_error(error: urllib3.exceptions.HTTPError, request: _Request) -> str:
     reason = getattr(error, "reason", None) or error
+    asked = f"{request.method} {request.path}"
     if isinstance(reason, urllib3.exceptions.NewConnectionError):
-        return "cannot connect to the API server (connection refused or host unreachable)"
+        return (
+            f"cannot connect to the API server {request.server} (connection refused or host "
+            "unreachable): check the server address in the kubeconfig and that the cluster is up"
+        )
     if isinstance(reason, urllib3.exceptions.TimeoutError):
-        return "the API server did not answer in time"
-    return f"the API server connection failed: {type(reason).__name__}"
+        within = f" within {_seconds(request.timeout)}" if request.timeout else ""
+        option = "--timeout" if request.by_deadline else "--request-timeout"
+        return (
+            f"the API server {request.server} did not answer {asked}{within}: if it is slow "
+            f"rather than down, raise {option}"
+        )
+    return f"{asked} to {request.server} failed: {type(reason).__name__}"
 
 
 def label_managers(metadata: dict[str, Any]) -> dict[str, str]:
@@ -308,9 +335,9 @@ class Cluster:
             auth_settings=["BearerToken"],
         )
 
-        def send() -> tuple[int, Any]:
+        def send(timeout: float | None) -> tuple[int, Any]:
             response = self.api_client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=self._timeout()
+                method, url, header_params=headers, body=body, _request_timeout=timeout
             )
             response.read()
             if not 200 <= response.status <= 299:
@@ -327,7 +354,10 @@ class Cluster:
             with self._lock:
                 self.requests += 1
             try:
-                return _call(send)
+                timeout = self._timeout(method, path)
+                limited = timeout is not None and timeout != self.request_timeout
+                described = _Request(self.server, method, path, timeout, limited)
+                return _call(functools.partial(send, timeout), described)
             except ReconcileError as error:
                 if isinstance(error, Conflict) and sent_unanswered:
                     error.after_lost_answer = True
@@ -344,12 +374,15 @@ class Cluster:
     def _remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
-    def _timeout(self) -> float | None:
+    def _timeout(self, method: str, path: str) -> float | None:
         remaining = self._remaining()
         if remaining is None:
             return self.request_timeout
         if remaining <= 0:
-            raise ClusterUnreachable("the overall --timeout ran out")
+            raise ClusterUnreachable(
+                f"the overall --timeout ran out before {method} {path} to {self.server} "
+                "was answered: raise --timeout"
+            )
         return min(self.request_timeout or remaining, remaining)
 
     def list_all(
@@ -603,6 +636,16 @@ def _load_kubeconfig(paths: list[str], context: str | None, configuration: Confi
     )
     if current:
         merger.config.value["current-context"] = current
+    wanted = context or current
+    listed = merger.config.value.get("contexts") if isinstance(merger.config.value, dict) else None
+    entries = [c.value if isinstance(c, ConfigNode) else c for c in listed or ()]
+    names = [str(c.get("name")) for c in entries if isinstance(c, dict)]
+    if wanted and wanted not in names:
+        what = "context" if context else "current-context"
+        raise ConfigError(
+            f'{what} "{wanted}" not found in the kubeconfig; '
+            f"contexts: {', '.join(names) or '(none)'}"
+        )
     loader = KubeConfigLoader(
         config_dict=merger.config, config_base_path=None, active_context=context
     )

@@ -356,7 +356,7 @@ def plan_node(
     return NodePlan(
         name=live.name,
         resourceVersion=live.resource_version,
-        source=str(desired.source.file),
+        source=str(desired.source),
         changes=tuple(changes),
         inventory=tuple(sorted(managed)),
         unsupportedImage=_unsupported_image(live, changes, matrix),

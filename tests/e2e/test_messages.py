@@ -134,3 +134,12 @@ def test_a_driver_tag_finding_names_the_node_once(lab: TestCluster, workdir: Pat
         in result.stderr.splitlines()
     )
     assert "lab-node-0: lab-node-0" not in result.stderr
+
+
+def test_the_json_plan_names_where_each_node_is_declared(lab: TestCluster, workdir: Path) -> None:
+    result = run_cli("plan", "-o", "json", cwd=workdir, kubeconfig=lab.kubeconfig)
+    [node] = json.loads(result.stdout)["nodes"]
+    lines = (workdir / "desired" / "nodes" / "lab-node-1.yaml").read_text().splitlines()
+    assert (
+        node["source"] == f"desired/nodes/lab-node-1.yaml:{lines.index('  name: lab-node-1') + 1}:9"
+    )

@@ -57,6 +57,8 @@ class Globals:
         cluster = Cluster.connect(
             self.kubeconfig, self.context, request_timeout=self.request_timeout, timeout=timeout
         )
+        if not cluster.tls_verified and all(c.server != cluster.server for c in self.connected):
+            _err().write(f"warning: TLS verification is off for {cluster.server}\n")
         self.connected.append(cluster)
         return cluster
 
@@ -1054,11 +1056,14 @@ def sanitize(g: Globals, values: tuple[str, ...]) -> None:
         for _, sanitized in results:
             if sanitized:
                 _out().write(sanitized + "\n")
-    for value in failed:
-        _err().write(
-            f"error: {value!r} has no alphanumeric character to keep: it cannot be a label value\n"
+    if len(failed) == 1:
+        fail(f"{failed[0]!r} has no alphanumeric character to keep: it cannot be a label value")
+    if failed:
+        fail(
+            f"{', '.join(repr(v) for v in failed)} have no alphanumeric character to keep: "
+            "they cannot be label values"
         )
-    sys.exit(EXIT_ERROR if failed else EXIT_OK)
+    sys.exit(EXIT_OK)
 
 
 @main.command()
@@ -1125,9 +1130,9 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
     else:
         for name, tag in tags:
             _out().write(f"{name} {tag}\n" if all_nodes else f"{tag}\n")
-    for problem in problems:
-        _err().write(f"error: {problem}\n")
-    sys.exit(EXIT_ERROR if problems else EXIT_OK)
+    if problems:
+        fail("; ".join(problems))
+    sys.exit(EXIT_OK)
 
 
 @drivers_group.command("audit")
@@ -1146,18 +1151,28 @@ def drivers_audit(g: Globals) -> None:
             )
         nodes = g.connect().list_nodes(label_selector=drivers.GPU_NODES)
         coverage = drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)
-    missing = [c for c in coverage if c.tag is not None and not c.covered]
-    broken = [c for c in coverage if c.tag is None]
+    # A node whose tag cannot be built is listed too (`<node> UNKNOWN <why>`): stdout
+    # never says OK while the exit code says the audit could not be completed.
+    shown = [c for c in coverage if not c.covered]
+    broken = [c for c in shown if c.tag is None]
     render_findings(
-        [f"{c.node} MISSING {c.tag}" for c in missing],
-        [{"node": c.node, "tag": c.tag} for c in missing],
+        [
+            f"{c.node} UNKNOWN {c.problem}" if c.tag is None else f"{c.node} MISSING {c.tag}"
+            for c in shown
+        ],
+        [
+            {"node": c.node, "tag": None, "problem": c.problem}
+            if c.tag is None
+            else {"node": c.node, "tag": c.tag}
+            for c in shown
+        ],
         g.output,
         _out(),
         title="driver image audit",
     )
-    for item in broken:
-        _err().write(f"error: {item.problem}\n")
-    sys.exit(EXIT_ERROR if broken else EXIT_DRIFT if missing else EXIT_OK)
+    if broken:
+        fail("; ".join(f"{c.node}: {c.problem}" for c in broken))
+    sys.exit(EXIT_DRIFT if shown else EXIT_OK)
 
 
 @main.command()
@@ -1210,7 +1225,7 @@ def report(g: Globals) -> None:
         )
     for covered in coverage.values():
         if covered.tag is None:
-            _err().write(f"warning: {covered.problem}\n")
+            _err().write(f"warning: {covered.node}: {covered.problem}\n")
     sys.exit(EXIT_OK)
 
 

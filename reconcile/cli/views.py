@@ -176,17 +176,36 @@ def render_plan(
         )
 
 
+def _plan_summary(plan: Plan, changes: Sequence[tuple[str, LabelChange]]) -> list[str]:
+    """One line for the nodes and one for the objects, each only when it has something."""
+    lines = []
+    node_parts = []
+    if changes:
+        touched = len({node for node, _ in changes})
+        node_parts.append(f"{len(changes)} label change(s) on {touched} node(s)")
+    if plan.missingNodes:
+        node_parts.append(f"{len(plan.missingNodes)} declared but not in the cluster")
+    if node_parts:
+        lines.append(f"**Nodes:** {', '.join(node_parts)}")
+    if plan.objects:
+        actions: dict[str, int] = {}
+        for obj in plan.objects:
+            actions[obj.action] = actions.get(obj.action, 0) + 1
+        counted = ", ".join(f"{n} {action}" for action, n in sorted(actions.items()))
+        lines.append(f"**Objects:** {len(plan.objects)} to change ({counted})")
+    if plan.findings:
+        errors = sum(1 for f in plan.findings if f.severity == "error")
+        lines.append(f"**Findings:** {errors} error(s), {len(plan.findings) - errors} warning(s)")
+    return lines
+
+
 def _plan_markdown(plan: Plan, out: TextIO) -> None:
     changes = list(plan.lines())
     out.write("#### reconcile plan\n\n")
     if not plan.needs_attention:
         out.write("No changes: the cluster matches `desired/`.\n")
         return
-    nodes = len({node for node, _ in changes})
-    summary = f"**{len(changes)} label change(s)** on {nodes} node(s)"
-    if plan.objects:
-        summary += f", **{len(plan.objects)} object(s)** to change"
-    out.write(summary + ".\n\n")
+    out.write("".join(f"- {line}\n" for line in _plan_summary(plan, changes)) + "\n")
     if plan.findings:
         out.write("| | Subject | Finding |\n| --- | --- | --- |\n")
         for finding in plan.findings:

@@ -285,7 +285,7 @@ def plan_node(
     return NodePlan(
         name=live.name,
         resourceVersion=live.resource_version,
-        source=str(desired.source.file),
+        source=str(desired.source),
         changes=tuple(changes),
         inventory=tuple(sorted(managed)),
         refusal=policy.refusal(live, changes),

@@ -47,7 +47,8 @@ class TagError(ValueError):
 
     def __init__(self, node: str, label: str, empty: bool) -> None:
         state = "empty" if empty else "missing"
-        super().__init__(f"{node}: cannot build the driver image tag: label {label} is {state}")
+        self.reason = f"cannot build the driver image tag: label {label} is {state}"
+        super().__init__(f"{node}: {self.reason}")
         self.node = node
         self.label = label
 
@@ -100,7 +101,8 @@ def audit(nodes: Iterable[tuple[str, Mapping[str, str]]]) -> list[AuditFinding]:
 
 @dataclass(frozen=True)
 class Coverage:
-    """One GPU node's tag against the matrix: tag is None when it cannot be built."""
+    """One GPU node's tag against the matrix: tag is None when it cannot be built, and
+    `problem` says why (without the node's name: the caller shows it as the subject)."""
 
     node: str
     tag: str | None
@@ -119,7 +121,7 @@ def coverage(
         try:
             tag = node_tag(name, node_labels)
         except TagError as e:
-            found.append(Coverage(name, None, False, str(e)))
+            found.append(Coverage(name, None, False, e.reason))
             continue
         found.append(Coverage(name, tag, tag in matrix))
     return found

@@ -244,6 +244,11 @@ class Upgrade:
 
     def preflight(self, live: LiveNode) -> tuple[int, str, list[PodToEvict]]:
         """Refuse before any write, or (start index, target tag, pods to evict)."""
+        if not drivers.is_gpu_node(live.labels):
+            raise UpgradeRefused(
+                f'{self.node}: not a GPU node: {drivers.GPU_PRESENT} is not "true" '
+                "(nothing was changed)"
+            )
         if live.labels.get(SKIP) == "true":
             raise UpgradeRefused(f"{self.node} is labelled {SKIP}=true: the upgrade skips it")
         start = self.start_index(live)

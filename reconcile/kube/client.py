@@ -13,11 +13,14 @@ Secret value the server's message quotes is struck out (see sensitive.py).
 from __future__ import annotations
 
 import binascii
+import functools
 import json
 import os
 import random
+import re
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +33,7 @@ from kubernetes.client.api_client import ApiClient
 from kubernetes.client.configuration import Configuration
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
-from kubernetes.config.kube_config import KubeConfigLoader, KubeConfigMerger
+from kubernetes.config.kube_config import ConfigNode, KubeConfigLoader, KubeConfigMerger
 
 from reconcile.diagnostics import (
     ApiError,
@@ -102,12 +105,26 @@ class ConnectFailed(ClusterUnreachable):
     """No connection at all (refused, unreachable): likely a wrong address, retried little."""
 
 
-def _call(fn: Callable[[], T], redact: Callable[[str], str] = _unchanged) -> T:
+@dataclass(frozen=True)
+class _Request:
+    """What an error about a request names: the server, the request, the timeout."""
+
+    server: str
+    method: str
+    path: str
+    timeout: float | None
+    by_deadline: bool = False  # the overall --timeout left less than --request-timeout
+
+
+def _call(fn: Callable[[], T], request: _Request, redact: Callable[[str], str] = _unchanged) -> T:
     try:
         return fn()
     except ApiException as e:
         if not e.status:
-            raise ClusterUnreachable(f"API request failed: {redact(str(e.reason))}") from None
+            raise ClusterUnreachable(
+                f"{request.method} {request.path} to {request.server} failed: "
+                f"{redact(str(e.reason))}"
+            ) from None
         raise translate(e, redact) from None
     except urllib3.exceptions.HTTPError as e:
         reason = getattr(e, "reason", None) or e
@@ -116,7 +133,7 @@ def _call(fn: Callable[[], T], redact: Callable[[str], str] = _unchanged) -> T:
             if isinstance(reason, urllib3.exceptions.NewConnectionError)
             else ClusterUnreachable
         )
-        raise kind(_describe_transport_error(e)) from None
+        raise kind(_describe_transport_error(e, request)) from None
 
 
 # Answers worth another try: the server is busy, restarting or briefly unwell.
@@ -153,13 +170,26 @@ class RetryPolicy:
         return wait
 
 
-def _describe_transport_error(error: urllib3.exceptions.HTTPError) -> str:
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _describe_transport_error(error: urllib3.exceptions.HTTPError, request: _Request) -> str:
     reason = getattr(error, "reason", None) or error
+    asked = f"{request.method} {request.path}"
     if isinstance(reason, urllib3.exceptions.NewConnectionError):
-        return "cannot connect to the API server (connection refused or host unreachable)"
+        return (
+            f"cannot connect to the API server {request.server} (connection refused or host "
+            "unreachable): check the server address in the kubeconfig and that the cluster is up"
+        )
     if isinstance(reason, urllib3.exceptions.TimeoutError):
-        return "the API server did not answer in time"
-    return f"the API server connection failed: {type(reason).__name__}"
+        within = f" within {_seconds(request.timeout)}" if request.timeout else ""
+        option = "--timeout" if request.by_deadline else "--request-timeout"
+        return (
+            f"the API server {request.server} did not answer {asked}{within}: if it is slow "
+            f"rather than down, raise {option}"
+        )
+    return f"{asked} to {request.server} failed: {type(reason).__name__}"
 
 
 def label_managers(metadata: dict[str, Any]) -> dict[str, str]:
@@ -254,9 +284,17 @@ class Cluster:
             shown = ", ".join(paths) or "(in-cluster)"
             raise ConfigError(f"cannot use kubeconfig {shown}: {_broken_config(e)}") from None
         configuration.retries = False  # retries are decided by reconcile, not urllib3
+        if _skips_tls_verification(configuration):
+            _silence_insecure_warnings(str(configuration.host))
         api_client = ApiClient(configuration)
         api_client.user_agent = USER_AGENT
         return cls(api_client, request_timeout=request_timeout, timeout=timeout)
+
+    @property
+    def tls_verified(self) -> bool:
+        """False when the kubeconfig says insecure-skip-tls-verify for an https server:
+        the caller says so once (urllib3's per-request warning is silenced for it)."""
+        return not _skips_tls_verification(self.api_client.configuration)
 
     @property
     def server(self) -> str:
@@ -312,9 +350,9 @@ class Cluster:
             auth_settings=["BearerToken"],
         )
 
-        def send() -> tuple[int, Any]:
+        def send(timeout: float | None) -> tuple[int, Any]:
             response = self.api_client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=self._timeout()
+                method, url, header_params=headers, body=body, _request_timeout=timeout
             )
             response.read()
             if not 200 <= response.status <= 299:
@@ -333,7 +371,10 @@ class Cluster:
             with self._lock:
                 self.requests += 1
             try:
-                return _call(send, self.redactor)
+                timeout = self._timeout(method, path)
+                limited = timeout is not None and timeout != self.request_timeout
+                described = _Request(self.server, method, path, timeout, limited)
+                return _call(functools.partial(send, timeout), described, self.redactor)
             except ReconcileError as error:
                 if isinstance(error, Conflict) and sent_unanswered:
                     error.after_lost_answer = True
@@ -350,12 +391,15 @@ class Cluster:
     def _remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
-    def _timeout(self) -> float | None:
+    def _timeout(self, method: str, path: str) -> float | None:
         remaining = self._remaining()
         if remaining is None:
             return self.request_timeout
         if remaining <= 0:
-            raise ClusterUnreachable("the overall --timeout ran out")
+            raise ClusterUnreachable(
+                f"the overall --timeout ran out before {method} {path} to {self.server} "
+                "was answered: raise --timeout"
+            )
         return min(self.request_timeout or remaining, remaining)
 
     def list_all(
@@ -559,6 +603,21 @@ class Discovery:
         return found
 
 
+def _skips_tls_verification(configuration: Configuration) -> bool:
+    return str(configuration.host).startswith("https://") and not configuration.verify_ssl
+
+
+def _silence_insecure_warnings(host: str) -> None:
+    """Drop urllib3's InsecureRequestWarning (one per request) for this server's host only:
+    the filter matches the warning's text, which names the host."""
+    hostname = (urllib3.util.parse_url(host).host or "").strip("[]").rstrip(".")
+    warnings.filterwarnings(
+        "ignore",
+        message=f"Unverified HTTPS request is being made to host '{re.escape(hostname)}'",
+        category=urllib3.exceptions.InsecureRequestWarning,
+    )
+
+
 def _config_problem(error: ConfigException) -> str:
     # The loader's messages name files and contexts, never credentials.
     return str(error).splitlines()[0] if str(error) else type(error).__name__
@@ -594,6 +653,16 @@ def _load_kubeconfig(paths: list[str], context: str | None, configuration: Confi
     )
     if current:
         merger.config.value["current-context"] = current
+    wanted = context or current
+    listed = merger.config.value.get("contexts") if isinstance(merger.config.value, dict) else None
+    entries = [c.value if isinstance(c, ConfigNode) else c for c in listed or ()]
+    names = [str(c.get("name")) for c in entries if isinstance(c, dict)]
+    if wanted and wanted not in names:
+        what = "context" if context else "current-context"
+        raise ConfigError(
+            f'{what} "{wanted}" not found in the kubeconfig; '
+            f"contexts: {', '.join(names) or '(none)'}"
+        )
     loader = KubeConfigLoader(
         config_dict=merger.config, config_base_path=None, active_context=context
     )

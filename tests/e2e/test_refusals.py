@@ -154,9 +154,10 @@ def test_unreachable_cluster_is_an_error_not_drift(workdir: Path, tmp_path: Path
     result = run_cli("plan", cwd=workdir, kubeconfig=kubeconfig)
 
     assert result.code == 2
-    assert (
-        result.stderr
-        == "error: cannot connect to the API server (connection refused or host unreachable)\n"
+    assert result.stderr == (
+        "error: cannot connect to the API server https://127.0.0.1:1 (connection refused or "
+        "host unreachable): check the server address in the kubeconfig and that the cluster "
+        "is up\n"
     )
 
 

@@ -457,3 +457,21 @@ def test_pruning_every_managed_label_is_refused_unless_allowed() -> None:
     # declaring them all as null is a decision, not an empty prune
     nulls = build_plan(desired(g=dict.fromkeys(GPU_LABELS)), [node], prune=True)
     assert len(nulls.nodes[0].changes) == 5
+
+
+def test_a_node_plan_carries_file_line_and_column() -> None:
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {"a.io/x": "0"})])
+    assert [node.source for node in plan.nodes] == ["desired/nodes/n1.yaml:4:9"]
+
+
+def test_markdown_of_an_objects_only_plan_says_nothing_about_nodes() -> None:
+    only_objects = GOLDEN_PLAN.model_copy(
+        update={"nodes": (), "missingNodes": (), "findings": (), "warnings": (), "prunable": ()}
+    )
+    out = io.StringIO()
+    render_plan(only_objects, Format.MARKDOWN, out, io.StringIO())
+    text = out.getvalue()
+    assert "label change" not in text and "**Nodes:**" not in text
+    assert text.startswith(
+        "#### reconcile plan\n\n- **Objects:** 3 to change (1 create, 1 prune, 1 update)\n\n"
+    )

@@ -876,17 +876,6 @@ def _desired_note(
     )
 
 
-# Labels that are facts of the node (NFD, GPU Feature Discovery): what `import` keeps.
-# Not nvidia.com/gpu.deploy.* (the GPU Operator's decisions) and never the kubelet's own.
-IMPORT_PREFIXES = (
-    "feature.node.kubernetes.io/",
-    "nvidia.com/gpu.",
-    "nvidia.com/cuda.",
-    "nvidia.com/mig.",
-)
-IMPORT_EXCLUDED = ("nvidia.com/gpu.deploy.",)
-
-
 @main.command("import")
 @common_options
 @click.option(
@@ -911,85 +900,30 @@ def import_command(
     Files that exist are updated in place (comments, key order and quoting kept; only
     changed values change); new nodes get a new file. Prints one line per file written.
     """
-    import difflib
-
-    from reconcile.desired.loader import load_desired, new_node_file, read_text, render_labels
-    from reconcile.files import write_inside
-    from reconcile.kube import labels
+    from reconcile.cli.views import render_import
+    from reconcile.desired.loader import load_desired
+    from reconcile.engine.imports import ImportRequest, plan_import, refused_prefix, write_import
+    from reconcile.gpu.provenance import DISCOVERED_PREFIXES, OPERATOR_PREFIXES
 
     for prefix in prefixes:
-        if labels.is_kubernetes_reserved(prefix):
-            fail(
-                f"--prefix {prefix}: labels under kubernetes.io and k8s.io belong to the "
-                "kubelet and the cluster, not to desired/"
-            )
-    keep = prefixes or IMPORT_PREFIXES
-    excluded = () if prefixes else IMPORT_EXCLUDED
+        if (problem := refused_prefix(prefix)) is not None:
+            fail(problem)
     with _errors_to_exit_codes():
         state, problems = load_desired(g.desired) if g.desired.exists() else (None, [])
         if diag.has_errors(problems):
             raise InvalidInput(problems)
-        nodes = sorted(g.connect().list_nodes(label_selector=selector), key=lambda n: n.name)
-        # Whatever --prefix says (`kubernetes`, `k`, ""), keys under kubernetes.io and
-        # k8s.io (the kubelet's, the cloud provider's, node-role) are never imported.
-        imported = {
-            node.name: {
-                k: v
-                for k, v in node.labels.items()
-                if k.startswith(keep)
-                and not k.startswith(excluded)
-                and not labels.is_kubernetes_reserved(k)
-            }
-            for node in nodes
-        }
-        # The names become file names and the labels YAML: whatever answered is checked
-        # with the API server's rules before anything is written.
-        for name, values in imported.items():
-            _check_imported(name, values)
-        for name, values in imported.items():
-            declared = state.nodes.get(name) if state is not None else None
-            if declared is not None:
-                path = Path(declared.source.file)
-                changed, after = render_labels(declared, values)
-                if not changed:
-                    continue
-                before = read_text(path) if dry_run else ""
-            else:
-                path = g.desired / "nodes" / f"{name}.yaml"
-                before, after = "", new_node_file(name, values)
-            if dry_run:
-                _out().writelines(
-                    difflib.unified_diff(
-                        before.splitlines(keepends=True),
-                        after.splitlines(keepends=True),
-                        fromfile=str(path) if before else "/dev/null",
-                        tofile=str(path),
-                    )
-                )
-                continue
-            write_inside(g.desired, path, after)
-            _out().write(f"{path} {len(values)} label(s)\n")
-    sys.exit(EXIT_OK)
-
-
-def _check_imported(name: str, values: dict[str, str]) -> None:
-    """Refuse a node name or label the API server would not hold (from a proxy or a server
-    that does not validate): it would become a path outside desired/ or broken YAML."""
-    from reconcile.kube import labels
-
-    problems = labels.is_dns1123_subdomain(name)
-    if problems:
-        fail(
-            f"the cluster returned node name {labels.go_quote(name)}, which is not a valid "
-            f"node name ({'; '.join(problems)}): nothing was written"
+        request = ImportRequest(
+            g.desired,
+            state,
+            keep=prefixes or DISCOVERED_PREFIXES,
+            excluded=() if prefixes else OPERATOR_PREFIXES,
+            selector=selector,
         )
-    for key, value in values.items():
-        for problem in labels.label_errors({key: value}):
-            fail(
-                f"node {name}: the cluster returned label {labels.go_quote(key)}="
-                f"{labels.go_quote(value)}, which the API server's rules refuse "
-                f"({problem[1]}): nothing was written"
-            )
+        changes = plan_import(request, g.connect())
+        if not dry_run:
+            write_import(g.desired, changes)
+    render_import(changes, g.output, _out(), dry_run=dry_run)
+    sys.exit(EXIT_OK)
 
 
 @main.command("rbac")
@@ -1025,7 +959,8 @@ def completion(shell: str) -> None:
     from click.shell_completion import get_completion_class
 
     completer = get_completion_class(shell)
-    assert completer is not None
+    if completer is None:  # pragma: no cover - the choice above lists only supported shells
+        fail(f"no completion for {shell}")
     script = completer(main, {}, "reconcile", "_RECONCILE_COMPLETE").source()
     _out().write(script if script.endswith("\n") else script + "\n")
 

@@ -7,6 +7,7 @@ nothing else); notes for people go to the error stream.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 import os
@@ -19,6 +20,7 @@ from typing import Any, TextIO
 from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.engine.apply import ApplyResult
 from reconcile.engine.diff import FieldChange, LabelChange
+from reconcile.engine.imports import FileChange
 from reconcile.engine.plan import PLAN_API_VERSION, MissingNode, Plan
 from reconcile.engine.rbac import HEADER as RBAC_HEADER
 from reconcile.engine.rbac import RbacObject
@@ -488,3 +490,38 @@ def severity_prefix(severity: str, stream: TextIO) -> str:
     ):
         return f"{_COLOURS[severity]}{text}\x1b[0m"
     return text
+
+
+def render_import(
+    changes: Sequence[FileChange], fmt: Format, out: TextIO, *, dry_run: bool
+) -> None:
+    """`--dry-run`: the unified diff of every file; else one line per file written."""
+    if fmt is Format.JSON:
+        write_json(
+            [
+                {
+                    "path": str(c.path),
+                    "labels": c.labels,
+                    "new": not c.before,
+                    "written": not dry_run,
+                    "diff": "".join(_unified(c)),
+                }
+                for c in changes
+            ],
+            out,
+        )
+        return
+    for change in changes:
+        if dry_run:
+            out.writelines(_unified(change))
+        else:
+            out.write(f"{change.path} {change.labels} label(s)\n")
+
+
+def _unified(change: FileChange) -> Iterable[str]:
+    return difflib.unified_diff(
+        change.before.splitlines(keepends=True),
+        change.after.splitlines(keepends=True),
+        fromfile=str(change.path) if change.before else "/dev/null",
+        tofile=str(change.path),
+    )

@@ -25,7 +25,6 @@ NODE_FEATURES: Final = "NodeFeatures"
 DRIVER_SUPPORT_MATRIX: Final = "DriverSupportMatrix"
 
 # Image tags (distribution spec): a word character first, then up to 127 of [\w.-].
-_IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _BRANCH = re.compile(r"[0-9]+")
 
 
@@ -166,10 +165,6 @@ KINDS: Final[dict[str, type[_Strict]]] = {
 
 def driver_tag(branch: str, kernel: str, os_tag: str) -> str:
     return f"{branch}-{kernel}-{os_tag}"
-
-
-def is_valid_image_tag(tag: str) -> bool:
-    return bool(_IMAGE_TAG.fullmatch(tag))
 
 
 def json_schemas(extra: dict[str, type[BaseModel]] | None = None) -> dict[str, dict[str, Any]]:

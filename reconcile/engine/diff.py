@@ -18,15 +18,11 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 
 class Action(enum.StrEnum):
-    """What a change does; the glyph is what the views draw for it."""
+    """What a change does."""
 
     ADD = "add"
     UPDATE = "update"
     REMOVE = "remove"
-
-    @property
-    def glyph(self) -> str:
-        return {"add": "+", "update": "~", "remove": "-"}[self.value]
 
 
 class LabelChange(BaseModel):

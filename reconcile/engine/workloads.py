@@ -35,11 +35,10 @@ from reconcile.engine.plan import ObjectPlan
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.kinds import BUILTIN_NAMESPACED, apply_rank, workload_id
-from reconcile.kube.objects import ApiResource
+from reconcile.kube.objects import FIELD_MANAGER, ApiResource
 
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "reconcile"
-FIELD_MANAGER: Final = "reconcile"
 INVENTORY_NAMESPACE: Final = "default"
 INVENTORY_NAME: Final = "reconcile-inventory"
 INVENTORY_KEY: Final = "objects"

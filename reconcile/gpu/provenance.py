@@ -35,6 +35,13 @@ def nfd_feature_labels(annotation: str) -> frozenset[str]:
     return frozenset(key if "/" in key else NFD_DEFAULT_NAMESPACE + key for key in keys if key)
 
 
+# GPU Feature Discovery's label families, and the GPU Operator's decisions within them.
+GFD_PREFIXES: Final = ("nvidia.com/gpu.", "nvidia.com/cuda.", "nvidia.com/mig.")
+OPERATOR_PREFIXES: Final = ("nvidia.com/gpu.deploy.",)
+# Facts discovered on the node (NFD and GFD), not decisions: what `import` brings into git.
+DISCOVERED_PREFIXES: Final = (NFD_DEFAULT_NAMESPACE, *GFD_PREFIXES)
+
+
 def label_owner(
     key: str, nfd_owned: frozenset[str] = frozenset(), managed: frozenset[str] = frozenset()
 ) -> str | None:
@@ -42,9 +49,9 @@ def label_owner(
     reconcile's own inventory; None when nobody known owns it."""
     if key in nfd_owned or key.startswith(NFD_DEFAULT_NAMESPACE):
         return NFD
-    if key == UPGRADE_STATE_LABEL or key.startswith("nvidia.com/gpu.deploy."):
+    if key == UPGRADE_STATE_LABEL or key.startswith(OPERATOR_PREFIXES):
         return GPU_OPERATOR
-    if key.startswith(("nvidia.com/gpu.", "nvidia.com/cuda.", "nvidia.com/mig.")):
+    if key.startswith(GFD_PREFIXES):
         return GFD
     if key in managed:
         return RECONCILE

@@ -398,15 +398,19 @@ class Upgrade:
         self.emit(f"{self.node} driver-image {tag} OK")
 
     def _fail(self, reason: str) -> NoReturn:
+        """Record upgrade-failed on the node (as far as the API lets us), then stop."""
+        left = f"is left cordoned in {UPGRADE_FAILED}"
         try:
             self.cluster.patch_node(self.node, {"metadata": {"labels": {STATE: UPGRADE_FAILED}}})
+        except ReconcileError as e:
+            left = f"could not be labelled {UPGRADE_FAILED} ({e}) and is left cordoned"
+        else:
             self.emit(f"{self.node} {STATE} {UPGRADE_FAILED}")
             self.state = UPGRADE_FAILED
-        finally:
-            raise UpgradeFailed(
-                f"{reason}; {self.node} is left cordoned in {UPGRADE_FAILED}: fix the cause, then rerun "
-                "(or label it upgrade-required)"
-            )
+        raise UpgradeFailed(
+            f"{reason}; {self.node} {left}: fix the cause, then rerun "
+            "(or label it upgrade-required)"
+        )
 
     def _drain(self, evictions: list[PodToEvict]) -> None:
         deadline = self.clock() + self.timeout

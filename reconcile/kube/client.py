@@ -49,7 +49,7 @@ from reconcile.diagnostics import (
 )
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
-from reconcile.kube.objects import ApiResource, LiveNode
+from reconcile.kube.objects import FIELD_MANAGER, ApiResource, LiveNode
 from reconcile.kube.validation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 
 PAGE_SIZE: Final = 500
@@ -546,7 +546,6 @@ def _object_path(resource: ApiResource, namespace: str, name: str) -> str:
 
 
 PODS: Final = ApiResource("", "v1", "pods", "Pod", namespaced=True)
-FIELD_MANAGER: Final = "reconcile"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 
 

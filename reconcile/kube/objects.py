@@ -4,7 +4,10 @@ needs it, and a kind as discovery serves it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+# The field manager of every write reconcile makes (server-side apply and label patches).
+FIELD_MANAGER: Final = "reconcile"
 
 
 @dataclass(frozen=True)

@@ -169,8 +169,8 @@ class Sandbox:
         metadata = obj.get("metadata") or {}
         if resource is NAMESPACES and metadata.get("name") in SYSTEM_NAMESPACES:
             found = self.store.get(NAMESPACES.key, ("", str(metadata["name"])))
-            assert found is not None
-            return found  # exported from a real cluster: it is here already
+            if found is not None:
+                return found  # exported from a real cluster: it is here already
         namespace = str(metadata.get("namespace") or ("default" if resource.namespaced else ""))
         with self.store.lock:
             if resource.namespaced and self.store.peek(NAMESPACES.key, ("", namespace)) is None:

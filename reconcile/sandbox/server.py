@@ -246,7 +246,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._non_resource(method, path)
         if route == "discovery":
             return self._discovery(method, path)
-        assert isinstance(route, Route)
+        if not isinstance(route, Route):
+            return self._non_resource(method, path)
         dry_run = _dry_run(query)
         api = self.server.api
         resource, name = route.resource, route.name

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Severity, Source
 from reconcile.engine import placement
-from reconcile.engine.placement import NodeSelector, NodeView, PodTemplate, place, preferred_score
+from reconcile.engine.placement import PodTemplate, place
+from reconcile.kube import scheduler
+from reconcile.kube.scheduler import NodeSelector, NodeView, preferred_score
 
 UPSTREAM = json.loads((Path(__file__).parents[1] / "data/upstream/nodeaffinity.json").read_text())
 
@@ -51,7 +53,7 @@ def test_upstream_pod_matches_node_selector_and_affinity_terms(case: dict[str, A
     node = _node(case["node"])
     assert node is not None
     assert (
-        placement.required_node_affinity_matches(case["pod"].get("spec") or {}, node)
+        scheduler.required_node_affinity_matches(case["pod"].get("spec") or {}, node)
         is case["match"]
     )
 
@@ -71,7 +73,7 @@ def test_upstream_preferred_scheduling_terms_score(case: dict[str, Any]) -> None
     "case", _cases("TestNodeSelectorRequirementsAsSelector"), ids=lambda c: c["name"]
 )
 def test_upstream_requirements_as_selector(case: dict[str, Any]) -> None:
-    from reconcile.engine.placement import _requirements_as_selector
+    from reconcile.kube.scheduler import _requirements_as_selector
 
     selector, problems = _requirements_as_selector(case["matchExpressions"], case["path"])
     if case["wantErr"]:

@@ -1,0 +1,111 @@
+"""Bringing live nodes under git: `desired/nodes/<node>.yaml` from the labels the nodes
+carry, as file changes to show or write.
+
+Which label keys come in is the caller's policy (the GPU domain's discovered prefixes by
+default); keys under kubernetes.io and k8s.io (the kubelet's, the cloud provider's,
+node-role) never do, whatever the prefixes say. Existing files are edited in place with
+the round-trip writer, so comments, key order and quoting survive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from reconcile.desired.loader import new_node_file, read_text, render_labels
+from reconcile.desired.models import DesiredState
+from reconcile.diagnostics import ReconcileError
+from reconcile.files import write_inside
+from reconcile.kube import labels
+from reconcile.kube.objects import LiveNode
+
+
+class NodeReader(Protocol):
+    def list_nodes(self, *, label_selector: str | None = None) -> list[LiveNode]: ...
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    root: Path  # the desired/ directory
+    desired: DesiredState | None  # what it declares now (None: no tree yet)
+    keep: tuple[str, ...]  # label key prefixes to bring in
+    excluded: tuple[str, ...] = ()
+    selector: str | None = None
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One file import writes: its text before ("" when new) and after."""
+
+    path: Path
+    before: str
+    after: str
+    labels: int
+
+
+def refused_prefix(prefix: str) -> str | None:
+    """Why `--prefix` may not name `prefix`, whatever its spelling."""
+    if labels.is_kubernetes_reserved(prefix):
+        return (
+            f"--prefix {prefix}: labels under kubernetes.io and k8s.io belong to the "
+            "kubelet and the cluster, not to desired/"
+        )
+    return None
+
+
+def plan_import(request: ImportRequest, cluster: NodeReader) -> list[FileChange]:
+    """The files import would write, in node order; nothing is written."""
+    nodes = sorted(cluster.list_nodes(label_selector=request.selector), key=lambda n: n.name)
+    imported = {node.name: _kept(node, request) for node in nodes}
+    # The names become file names and the labels YAML: whatever answered is checked with
+    # the API server's rules before anything is written.
+    for name, values in imported.items():
+        _check_imported(name, values)
+    changes = []
+    for name, values in imported.items():
+        declared = request.desired.nodes.get(name) if request.desired is not None else None
+        if declared is not None:
+            path = Path(declared.source.file)
+            changed, after = render_labels(declared, values)
+            if changed:
+                changes.append(FileChange(path, read_text(path), after, len(values)))
+        else:
+            path = request.root / "nodes" / f"{name}.yaml"
+            changes.append(FileChange(path, "", new_node_file(name, values), len(values)))
+    return changes
+
+
+def write_import(root: Path, changes: Sequence[FileChange]) -> None:
+    """Write the files, never through a link or outside `root`."""
+    for change in changes:
+        write_inside(root, change.path, change.after)
+
+
+def _kept(node: LiveNode, request: ImportRequest) -> dict[str, str]:
+    return {
+        k: v
+        for k, v in node.labels.items()
+        if k.startswith(request.keep)
+        and not k.startswith(request.excluded)
+        and not labels.is_kubernetes_reserved(k)
+    }
+
+
+def _check_imported(name: str, values: dict[str, str]) -> None:
+    """Refuse a node name or label the API server would not hold (from a proxy or a server
+    that does not validate): it would become a path outside desired/ or broken YAML."""
+    problems = labels.is_dns1123_subdomain(name)
+    if problems:
+        raise ReconcileError(
+            f"the cluster returned node name {labels.go_quote(name)}, which is not a valid "
+            f"node name ({'; '.join(problems)}): nothing was written"
+        )
+    for key, value in values.items():
+        for problem in labels.label_errors({key: value}):
+            raise ReconcileError(
+                f"node {name}: the cluster returned label {labels.go_quote(key)}="
+                f"{labels.go_quote(value)}, which the API server's rules refuse "
+                f"({problem[1]}): nothing was written"
+            )

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, TypeVar, cast
 
 import click
 
@@ -141,6 +141,28 @@ def common_options(command: F) -> F:
                 cluster.close()
 
     return wrapper  # type: ignore[return-value]
+
+
+def outputs(*allowed: Format) -> Callable[[F], F]:
+    """The `-o` formats a command renders; any other is refused with exit 2 before the
+    command runs, never silently ignored. Goes under @common_options."""
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def wrapper(*args: Any, g: Globals, **kwargs: Any) -> Any:
+            if g.output not in allowed:
+                name = click.get_current_context().command_path
+                shown = ", ".join(f.value for f in allowed)
+                fail(f"{name} does not render -o {g.output.value}: use {shown}")
+            return command(*args, g=g, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+TEXT_AND_JSON: Final = (Format.TEXT, Format.JSON)
+ALL_FORMATS: Final = tuple(Format)
 
 
 @contextmanager
@@ -319,6 +341,7 @@ def main() -> None:
 
 @main.command()
 @common_options
+@outputs(*ALL_FORMATS)
 def validate(g: Globals) -> None:
     """Check every file under desired/ without a cluster; print every problem as file:line:col."""
     from reconcile.cli.views import render_validation
@@ -414,6 +437,7 @@ def _object_options(command: F) -> F:
 
 @main.command()
 @common_options
+@outputs(*ALL_FORMATS)
 @click.option(
     "--out",
     "out_file",
@@ -465,6 +489,7 @@ def plan(
 
 @main.command()
 @common_options
+@outputs(*ALL_FORMATS)
 @click.argument(
     "plan_file", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True)
 )
@@ -579,6 +604,7 @@ def apply(
 
 @main.command()
 @common_options
+@outputs(Format.TEXT)
 @click.option(
     "--dir",
     "directory",
@@ -683,6 +709,7 @@ def sandbox(
 
 @main.command("placement")
 @common_options
+@outputs(*TEXT_AND_JSON)
 @click.option(
     "--nodes",
     "source",
@@ -732,6 +759,7 @@ def placement_command(g: Globals, source: str) -> None:
 
 @main.command()
 @common_options
+@outputs(Format.TEXT)
 @click.argument("node")
 @click.option(
     "--driver",
@@ -878,6 +906,7 @@ def _desired_note(
 
 @main.command("import")
 @common_options
+@outputs(*TEXT_AND_JSON)
 @click.option(
     "-l",
     "--selector",
@@ -928,6 +957,7 @@ def import_command(
 
 @main.command("rbac")
 @common_options
+@outputs(*TEXT_AND_JSON)
 @click.option(
     "--service-account",
     default="reconcile-system/reconcile",
@@ -970,6 +1000,7 @@ def completion(shell: str) -> None:
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @common_options
+@outputs(*TEXT_AND_JSON)
 @click.argument("values", nargs=-1, required=True)
 def sanitize(g: Globals, values: tuple[str, ...]) -> None:
     """Make vendor strings valid label values: one output line per VALUE.
@@ -1003,6 +1034,7 @@ def sanitize(g: Globals, values: tuple[str, ...]) -> None:
 
 @main.command()
 @common_options
+@outputs(*ALL_FORMATS)
 def audit(g: Globals) -> None:
     """Check the GPU label conventions on every live GPU node (nvidia.com/gpu.present=true).
 
@@ -1032,6 +1064,7 @@ def drivers_group() -> None:
 
 @drivers_group.command("tag")
 @common_options
+@outputs(*TEXT_AND_JSON)
 @click.argument("node", required=False)
 @click.option("--all", "all_nodes", is_flag=True, help="Every GPU node, as `<node> <tag>` lines.")
 def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
@@ -1072,6 +1105,7 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
 
 @drivers_group.command("audit")
 @common_options
+@outputs(*ALL_FORMATS)
 def drivers_audit(g: Globals) -> None:
     """Every live GPU node whose driver image is not in desired/drivers/: `<node> MISSING <tag>`
     and exit 1; otherwise OK and exit 0. A node whose tag cannot be built is an error (exit 2)."""
@@ -1112,6 +1146,7 @@ def drivers_audit(g: Globals) -> None:
 
 @main.command()
 @common_options
+@outputs(*TEXT_AND_JSON)
 def report(g: Globals) -> None:
     """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its

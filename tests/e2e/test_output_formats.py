@@ -1,0 +1,54 @@
+"""Every command renders the -o formats it lists, or refuses the others with exit 2 and
+one error line before it does anything: a format is never silently ignored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support import TestCluster, run_cli
+
+# command -> (arguments, formats it renders)
+COMMANDS: dict[str, tuple[list[str], set[str]]] = {
+    "validate": (["validate"], {"text", "json", "markdown"}),
+    "plan": (["plan"], {"text", "json", "markdown"}),
+    "audit": (["audit"], {"text", "json", "markdown"}),
+    "drivers audit": (["drivers", "audit"], {"text", "json", "markdown"}),
+    "drivers tag": (["drivers", "tag", "--all"], {"text", "json"}),
+    "report": (["report"], {"text", "json"}),
+    "placement": (["placement"], {"text", "json"}),
+    "sanitize": (["sanitize", "NVIDIA A10"], {"text", "json"}),
+    "import": (["import", "--dry-run"], {"text", "json"}),
+    "rbac": (["rbac"], {"text", "json"}),
+    "schemas": (["schemas", "--check"], {"text"}),
+    "upgrade": (["upgrade", "lab-node-1", "--driver", "550.90.07", "--dry-run"], {"text"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_an_unrendered_format_is_refused_before_anything_is_asked(
+    sandbox_only: TestCluster, workdir: Path, name: str
+) -> None:
+    args, rendered = COMMANDS[name]
+    cwd = Path(__file__).parents[2] if name == "schemas" else workdir
+    assert sandbox_only.sandbox is not None
+    for fmt in sorted({"text", "json", "markdown"} - rendered):
+        sandbox_only.sandbox.clear_requests()
+        result = run_cli(*args, "-o", fmt, cwd=cwd, kubeconfig=sandbox_only.kubeconfig)
+        assert result.code == 2, (name, fmt, result.stderr)
+        assert result.stdout == ""
+        assert result.stderr == (
+            f"error: reconcile {name} does not render -o {fmt}: use "
+            f"{', '.join(f for f in ('text', 'json', 'markdown') if f in rendered)}\n"
+        )
+        assert sandbox_only.sandbox.requests == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n, (_, f) in COMMANDS.items() if "json" in f))
+def test_json_is_json(sandbox_only: TestCluster, workdir: Path, name: str) -> None:
+    args, _ = COMMANDS[name]
+    result = run_cli(*args, "-o", "json", cwd=workdir, kubeconfig=sandbox_only.kubeconfig)
+    assert result.code in (0, 1), result.stderr
+    json.loads(result.stdout)

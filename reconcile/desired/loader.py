@@ -49,7 +49,7 @@ from reconcile.desired.models import (
 from reconcile.diagnostics import Diagnostic, Source
 from reconcile.kube import labels
 from reconcile.kube import validation as apivalidation
-from reconcile.kube.kinds import BUILTIN_NAMESPACED, workload_id
+from reconcile.kube.kinds import BUILTIN_NAMESPACED, ObjectId
 
 YAML_SUFFIXES: Final = (".yaml", ".yml")
 CSV_HEADER: Final = ("driver_branch", "kernel", "os_tag")
@@ -330,7 +330,7 @@ class _Loader:
         self.nodes: dict[str, DesiredNode] = {}
         self.matrix: dict[str, MatrixRow] = {}
         self.manifests: list[Manifest] = []
-        self._objects: dict[str, Source] = {}
+        self._objects: dict[ObjectId, Source] = {}
         self._digest = hashlib.sha256()  # of every file read, path and content
 
     def name(self, path: Path) -> str:
@@ -656,7 +656,9 @@ class _Loader:
             manifest = Manifest(body, where, doc.values)
             if self._manifest_problems(manifest, doc):
                 continue
-            key = workload_id(manifest.kind, manifest.namespace, manifest.name)
+            key = ObjectId.of(
+                manifest.api_version, manifest.kind, manifest.namespace, manifest.name
+            )
             first = self._objects.get(key)
             if first is not None:
                 self.problems.append(

@@ -17,6 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from reconcile.diagnostics import Source
 from reconcile.kube import labels
+from reconcile.kube.kinds import ObjectId
 
 API_GROUP: Final = "reconcile.dev"
 API_VERSION: Final = f"{API_GROUP}/v1alpha1"
@@ -225,6 +226,10 @@ class Manifest:
     @property
     def api_version(self) -> str:
         return str(self.body.get("apiVersion", ""))
+
+    @property
+    def identity(self) -> ObjectId:
+        return ObjectId.of(self.api_version, self.kind, self.namespace, self.name)
 
     @property
     def kind(self) -> str:

@@ -53,6 +53,7 @@ from reconcile.engine.workloads import (
     replan_object,
 )
 from reconcile.kube import sensitive
+from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 
 DONE_BY_OTHERS: Final = "already done by another writer: not applied by this run"
@@ -294,14 +295,14 @@ def check_objects_fresh(plan: Plan, cluster: ObjectCluster) -> None:
     _refuse_moved(moved)
 
 
-def check_manifests(plan: Plan, configs: Mapping[str, dict[str, Any]]) -> None:
+def check_manifests(plan: Plan, configs: Mapping[ObjectId, dict[str, Any]]) -> None:
     """Raise StalePlan when an object the plan holds only by digest (a Secret) is no
     longer declared in desired/ exactly as planned: its configuration comes from there."""
     moved: list[str | None] = []
     for obj in plan.objects:
         if obj.manifestDigest is None:
             continue
-        config = configs.get(obj.id)
+        config = configs.get(obj.identity)
         if config is None:
             moved.append(f"{obj.id} (no longer in desired/)")
         elif sensitive.manifest_digest(config) != obj.manifestDigest:
@@ -309,18 +310,18 @@ def check_manifests(plan: Plan, configs: Mapping[str, dict[str, Any]]) -> None:
     _refuse_moved(moved)
 
 
-def _config(obj: ObjectPlan, configs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+def _config(obj: ObjectPlan, configs: Mapping[ObjectId, dict[str, Any]]) -> dict[str, Any]:
     """The configuration to apply: the plan's own, or desired/'s for one held by digest."""
     if obj.manifestDigest is None:
         return obj.manifest or {}
-    config = configs.get(obj.id)
+    config = configs.get(obj.identity)
     if config is None or sensitive.manifest_digest(config) != obj.manifestDigest:
         raise StalePlan(f"plan is stale: {obj.id} is not in desired/ as planned")
     return config
 
 
 def _body(
-    obj: ObjectPlan, *, precondition: bool, configs: Mapping[str, dict[str, Any]]
+    obj: ObjectPlan, *, precondition: bool, configs: Mapping[ObjectId, dict[str, Any]]
 ) -> dict[str, Any]:
     body = copy.deepcopy(_config(obj, configs))
     if precondition and obj.resourceVersion and obj.action == "update":
@@ -333,7 +334,7 @@ def preflight_objects(
     cluster: ObjectCluster,
     *,
     saved: bool,
-    configs: Mapping[str, dict[str, Any]] | None = None,
+    configs: Mapping[ObjectId, dict[str, Any]] | None = None,
 ) -> list[str]:
     """Dry-run every create and update as it will be sent: the problems, if any."""
     problems = []
@@ -361,7 +362,7 @@ def apply_objects(
     cluster: ObjectCluster,
     *,
     saved: bool,
-    configs: Mapping[str, dict[str, Any]] | None = None,
+    configs: Mapping[ObjectId, dict[str, Any]] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> tuple[ObjectResult, ...]:
     """Apply creates and updates in kind order, then prunes in reverse; then the inventory.
@@ -414,7 +415,7 @@ def _record_before_creating(plan: Plan, cluster: ObjectCluster) -> None:
 def _apply_object(
     obj: ObjectPlan,
     cluster: ObjectCluster,
-    configs: Mapping[str, dict[str, Any]],
+    configs: Mapping[ObjectId, dict[str, Any]],
     *,
     saved: bool,
     force: bool,

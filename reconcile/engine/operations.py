@@ -41,6 +41,7 @@ from reconcile.engine.apply import (
 from reconcile.engine.checks import NO_POLICY, Check, NodePolicy, Projection, blocking, run_checks
 from reconcile.engine.plan import ClusterIdentity, Plan, build_plan
 from reconcile.engine.workloads import ObjectCluster, desired_configs, plan_objects
+from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 
 # The engine's own checks; domain packages add theirs (gpu.checks.GPU_CHECKS).
@@ -130,7 +131,7 @@ class SavedPlan:
 
     plan: Plan
     desired: DesiredState | None
-    configs: dict[str, dict[str, Any]]
+    configs: dict[ObjectId, dict[str, Any]]
 
 
 def open_saved(path: Path, desired: DesiredState | None) -> SavedPlan:
@@ -145,7 +146,7 @@ def open_saved(path: Path, desired: DesiredState | None) -> SavedPlan:
             "Secret's values) and there is no desired/ tree to read them from: apply it next "
             "to the desired/ tree it was planned from (--desired DIR)"
         )
-    configs: dict[str, dict[str, Any]] = {}
+    configs: dict[ObjectId, dict[str, Any]] = {}
     if desired is not None:
         configs = desired_configs(desired)
         check_manifests(the_plan, configs)
@@ -178,7 +179,7 @@ class ApplyRequest:
     # it); None for a saved plan, whose nodes are never re-planned.
     desired: DesiredState | None
     saved: bool = False
-    configs: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    configs: dict[ObjectId, dict[str, Any]] = dataclasses.field(default_factory=dict)
     parallel: int = 8
     # Write nodes the node policy refused (--allow-missing-image).
     allow_refused: bool = False

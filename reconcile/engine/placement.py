@@ -17,7 +17,7 @@ from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Diagnostic
 from reconcile.engine.checks import Finding, Projection, Severity
-from reconcile.kube.kinds import apply_rank, workload_id
+from reconcile.kube.kinds import ObjectId, apply_rank, workload_id
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.scheduler import (
     HOSTNAME,
@@ -48,6 +48,13 @@ class PodTemplate:
     labels: Mapping[str, str]
     replicas: int
     daemon: bool = False
+    # Which object declares it: its group and name complete the identity.
+    group: str = ""
+    name: str = ""
+
+    @property
+    def identity(self) -> ObjectId:
+        return ObjectId(self.group, self.kind, self.namespace, self.name)
 
 
 def pod_template(manifest: Mapping[str, Any]) -> PodTemplate | None:
@@ -56,10 +63,13 @@ def pod_template(manifest: Mapping[str, Any]) -> PodTemplate | None:
     kind = str(manifest.get("kind", ""))
     metadata = manifest.get("metadata") or {}
     namespace = str(metadata.get("namespace") or "")
-    identity = workload_id(kind, namespace, str(metadata.get("name", "")))
+    name = str(metadata.get("name", ""))
+    identity = workload_id(kind, namespace, name)
+    group = str(manifest.get("apiVersion", "")).rpartition("/")[0]
     spec = manifest.get("spec") or {}
     if kind == "Pod":
-        return PodTemplate(identity, kind, namespace, spec, dict(metadata.get("labels") or {}), 1)
+        labels_ = dict(metadata.get("labels") or {})
+        return PodTemplate(identity, kind, namespace, spec, labels_, 1, group=group, name=name)
     if kind == "CronJob":
         spec = (spec.get("jobTemplate") or {}).get("spec") or {}
     template = spec.get("template") or {}
@@ -80,6 +90,8 @@ def pod_template(manifest: Mapping[str, Any]) -> PodTemplate | None:
         labels_,
         int(replicas),
         daemon=kind == "DaemonSet",
+        group=group,
+        name=name,
     )
 
 
@@ -282,7 +294,7 @@ def impact(
     before: Sequence[NodeView],
     after: Sequence[NodeView],
     *,
-    unchanged: frozenset[str],
+    unchanged: frozenset[ObjectId],
     pods: Sequence[RunningPod] = (),
 ) -> list[Finding]:
     """What the change does to placement.
@@ -297,7 +309,7 @@ def impact(
         then = place(template, after)
         if then.ok:
             continue
-        if template.id in unchanged and place(template, before).pending >= then.pending:
+        if template.identity in unchanged and place(template, before).pending >= then.pending:
             continue  # as unplaceable before as after: not this change's doing
         if then.nodes:
             message = f"{then.pending} of {template.replicas} replicas cannot be placed after apply: {then.reason}"
@@ -338,11 +350,11 @@ def impact_check(projection: Projection) -> list[Finding]:
     if not (state.manifests or projection.nodes):
         return []
     pods = running_pods(projection.pods) if projection.nodes else []
-    touched = {obj.id for obj in projection.objects}
+    touched = {obj.identity for obj in projection.objects}
     return impact(
         state,
         node_views(projection.live),
         node_views(projection.live, projection.labels_after),
-        unchanged=frozenset(t.id for t in workloads(state) if t.id not in touched),
+        unchanged=frozenset(t.identity for t in workloads(state) if t.identity not in touched),
         pods=pods,
     )

@@ -39,7 +39,7 @@ from reconcile.engine.checks import (
 )
 from reconcile.engine.diff import FieldChange, LabelChange, label_drift
 from reconcile.kube import labels
-from reconcile.kube.kinds import workload_id
+from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import ApiResource, LiveNode
 
 __all__ = ["Finding", "Severity", "overlay", "projected_labels"]  # re-exported for views
@@ -118,8 +118,12 @@ class ObjectPlan(_Frozen):
         return document
 
     @property
+    def identity(self) -> ObjectId:
+        return ObjectId.of(self.apiVersion, self.kind, self.namespace, self.name)
+
+    @property
     def id(self) -> str:
-        return workload_id(self.kind, self.namespace, self.name)
+        return str(self.identity)
 
     @property
     def resource(self) -> ApiResource:

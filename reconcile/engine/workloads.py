@@ -34,7 +34,7 @@ from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
 from reconcile.engine.plan import ObjectPlan
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
-from reconcile.kube.kinds import BUILTIN_NAMESPACED, apply_rank, workload_id
+from reconcile.kube.kinds import BUILTIN_NAMESPACED, ObjectId, apply_rank, workload_id
 from reconcile.kube.objects import FIELD_MANAGER, ApiResource
 
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
@@ -140,8 +140,12 @@ class _Target:
     config: dict[str, Any]
 
     @property
+    def identity(self) -> ObjectId:
+        return ObjectId(self.resource.group, self.resource.kind, self.namespace, self.manifest.name)
+
+    @property
     def id(self) -> str:
-        return workload_id(self.manifest.kind, self.namespace, self.manifest.name)
+        return str(self.identity)
 
     @property
     def namespace(self) -> str:
@@ -175,7 +179,7 @@ def plan_objects(
     # namespace), so the role needs `get` on exactly those names (see rbac.py).
     existing_namespaces: dict[str, bool] = {}
     for target in targets:
-        current = live.get(target.id)
+        current = live.get(target.identity)
         if current is None:
             if target.resource.namespaced and target.namespace not in declared_namespaces:
                 if target.namespace not in existing_namespaces:
@@ -248,9 +252,9 @@ def _targets(
     )
 
 
-def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[str, dict[str, Any]]:
+def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[ObjectId, dict[str, Any]]:
     """The live objects of every (kind, namespace) the targets live in: one LIST each."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[ObjectId, dict[str, Any]] = {}
     seen: set[tuple[str, str, str]] = set()
     for target in targets:
         key = (target.resource.api_version, target.resource.plural, target.namespace)
@@ -261,9 +265,9 @@ def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[str, dict[str,
             metadata = item.get("metadata") or {}
             item.setdefault("apiVersion", target.resource.api_version)
             item.setdefault("kind", target.resource.kind)
-            found[
-                workload_id(target.resource.kind, metadata.get("namespace") or "", metadata["name"])
-            ] = item
+            resource = target.resource
+            namespace = metadata.get("namespace") or ""
+            found[ObjectId(resource.group, resource.kind, namespace, metadata["name"])] = item
     return found
 
 
@@ -618,11 +622,11 @@ def inventory_object(entries: Iterable[str]) -> dict[str, Any]:
     }
 
 
-def desired_configs(state: DesiredState) -> dict[str, dict[str, Any]]:
-    """Object id -> the configuration apply sends, for the objects a plan holds only by
-    digest (Secrets): apply takes them from desired/."""
+def desired_configs(state: DesiredState) -> dict[ObjectId, dict[str, Any]]:
+    """Object identity -> the configuration apply sends, for the objects a plan holds only
+    by digest (Secrets): apply takes them from desired/."""
     return {
-        workload_id(m.kind, m.namespace, m.name): applied_config(m)
+        m.identity: applied_config(m)
         for m in state.manifests
         if sensitive.is_sensitive(m.api_version, m.kind)
     }

@@ -7,7 +7,7 @@ this table is the offline fallback and never overrides discovery.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, NamedTuple
 
 # (apiVersion, kind) -> namespaced, for the built-in kinds people put in manifests.
 BUILTIN_NAMESPACED: Final[dict[tuple[str, str], bool]] = {
@@ -114,3 +114,22 @@ def apply_rank(kind: str) -> int:
 def workload_id(kind: str, namespace: str, name: str) -> str:
     """`Pod/nfd-lab/a100-job`; a cluster-scoped object has an empty namespace field."""
     return f"{kind}/{namespace}/{name}"
+
+
+class ObjectId(NamedTuple):
+    """Which object: (group, kind, namespace, name), as the API server tells objects apart.
+    The version is not part of it (one object is served in every version of its group);
+    the group is (an Istio Gateway is not a Gateway API Gateway). Shown as `Kind/ns/name`,
+    the drift-line contract."""
+
+    group: str
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, api_version: str, kind: str, namespace: str, name: str) -> ObjectId:
+        return cls(api_version.rpartition("/")[0], kind, namespace, name)
+
+    def __str__(self) -> str:
+        return workload_id(self.kind, self.namespace, self.name)

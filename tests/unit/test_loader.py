@@ -541,3 +541,32 @@ def test_node_role_labels_stay_allowed(tree: Path) -> None:
         "node-role.kubernetes.io/gpu": "",
         "node-role.kubernetes.io/worker": None,
     }
+
+
+GATEWAYS = """\
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: default}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: default}
+"""
+
+
+def test_objects_are_told_apart_by_group_kind_namespace_and_name(tree: Path) -> None:
+    write(tree / "workloads" / "gateways.yaml", GATEWAYS)
+    state, problems = load_desired(tree)
+    assert [str(p) for p in problems if p.severity is Severity.ERROR] == []
+    assert [m.identity.group for m in state.manifests] == [
+        "networking.istio.io",
+        "gateway.networking.k8s.io",
+    ]
+
+
+def test_one_object_in_two_versions_of_its_group_is_declared_twice(tree: Path) -> None:
+    write(
+        tree / "workloads" / "gateways.yaml",
+        GATEWAYS.replace("gateway.networking.k8s.io/v1", "networking.istio.io/v1beta1"),
+    )
+    assert "Gateway/default/edge is declared twice" in only_error(tree)

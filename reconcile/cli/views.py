@@ -34,7 +34,7 @@ class Format(enum.StrEnum):
 
 
 def drift_line(node: str, change: LabelChange, *, show_owner: bool = False) -> str:
-    line = f"{node} {change.key} {change.shown_value}"
+    line = f"{node} {change.shown_key} {change.shown_value}"
     if show_owner:
         line += f" {change.owner or 'unknown'}"
     return line
@@ -218,7 +218,7 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
         out.write("| Node | Label | Live | Desired | Owner |\n| --- | --- | --- | --- | --- |\n")
         for node, change in changes:
             out.write(
-                f"| {_md(node)} | {_code(change.key)} | {_md_value(change.before)} | "
+                f"| {_md(node)} | {_code(change.shown_key)} | {_md_value(change.before)} | "
                 f"{_md_value(change.after)} | {_md(change.owner or '')} |\n"
             )
     if plan.objects:
@@ -374,7 +374,7 @@ def _apply_markdown(result: ApplyResult, out: TextIO) -> None:
     if applied:
         out.write("\n| Node | Label | Now |\n| --- | --- | --- |\n")
         for node, change in applied:
-            out.write(f"| {_md(node)} | {_code(change.key)} | {_md_value(change.after)} |\n")
+            out.write(f"| {_md(node)} | {_code(change.shown_key)} | {_md_value(change.after)} |\n")
     objects = list(result.object_lines())
     if objects:
         out.write("\n" + "".join(f"- {_code(line.strip(), cell=False)}\n" for line in objects))

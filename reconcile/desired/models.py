@@ -182,12 +182,15 @@ def json_schemas(extra: dict[str, type[BaseModel]] | None = None) -> dict[str, d
 
 @dataclass(frozen=True)
 class DesiredNode:
-    """One node's declared labels after loading; `None` means must be absent."""
+    """One node's declared facts after loading; `None` means must be absent. Taints are
+    keyed `key:effect`, as the API server tells them apart."""
 
     name: str
     labels: dict[str, str | None]
     source: Source
     label_sources: dict[str, Source] = field(default_factory=dict, compare=False)
+    annotations: dict[str, str | None] = field(default_factory=dict)
+    taints: dict[str, str | None] = field(default_factory=dict)
 
     def source_of(self, key: str) -> Source:
         return self.label_sources.get(key, self.source)

@@ -30,6 +30,7 @@ from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Conflict, NotFound, PlanRefused, ReconcileError, StalePlan
 from reconcile.engine.checks import NO_POLICY, NodePolicy
 from reconcile.engine.diff import LabelChange
+from reconcile.engine.facts import RULES, Fact, shown_key, taints_after
 from reconcile.engine.plan import (
     ClusterIdentity,
     MissingNode,
@@ -196,7 +197,7 @@ def apply_plan(
 def _confirmed(node_plan: NodePlan, returned: LiveNode, conflicts: int) -> NodeResult:
     missing = node_plan.converged(returned)
     if missing:
-        keys = ", ".join(change.key for change in missing)
+        keys = ", ".join(change.shown_key for change in missing)
         return NodeResult(
             node_plan.name,
             applied=tuple(c for c in node_plan.changes if c not in missing),
@@ -266,7 +267,8 @@ def _apply_fresh(
         return _confirmed(current, returned, conflicts)
     # The node matches now: a write of ours whose answer was lost, or another writer.
     if live is not None and ours_maybe:
-        in_place = tuple(c for c in node_plan.changes if live.labels.get(c.key) == c.after)
+        missing = node_plan.converged(live)
+        in_place = tuple(c for c in node_plan.changes if c not in missing)
         return NodeResult(node_plan.name, applied=in_place, conflicts=conflicts)
     return NodeResult(node_plan.name, conflicts=conflicts, note=DONE_BY_OTHERS)
 
@@ -511,17 +513,29 @@ def _unjustified_nodes(
         if desired is not None and declared is None:
             yield f"{node_plan.name}: desired/ does not declare this node"
             continue
-        wanted = declared.labels if declared is not None else {}
+        wanted = {
+            rule.fact: rule.desired(declared) if declared is not None else {} for rule in RULES
+        }
         for change in node_plan.changes:
-            if change.key in wanted and wanted[change.key] == change.after:
+            facts = wanted[change.fact]
+            if change.key in facts and facts[change.key] == change.after:
                 continue
-            prune = plan.prune and change.key not in wanted and change.after is None
-            if prune and change.key in inventory:
-                continue  # the removal of a label reconcile set
-            yield f"{node_plan.name} {change.key} {change.shown_value}"
-        allowed = {k for k, v in wanted.items() if v is not None} | inventory
+            prune = plan.prune and change.key not in facts and change.after is None
+            if prune and change.shown_key in inventory:
+                continue  # the removal of a fact reconcile set
+            yield f"{node_plan.name} {change.shown_key} {change.shown_value}"
+        allowed = inventory | {
+            shown_key(fact, k)
+            for fact, facts in wanted.items()
+            for k, v in facts.items()
+            if v is not None
+        }
         if extra := sorted(set(node_plan.inventory) - allowed):
             yield f"{node_plan.name} inventory {','.join(extra)}"
+        if node is not None and node_plan.taints is not None:
+            taint_changes = {c.key: c.after for c in node_plan.changes if c.fact is Fact.TAINT}
+            if list(node_plan.taints) != taints_after(node.taints, taint_changes):
+                yield f"{node_plan.name} taints (not the node's taints with the planned changes)"
 
 
 def _unjustified_objects(

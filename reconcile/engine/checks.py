@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from reconcile.desired.models import DesiredState
 from reconcile.engine.diff import LabelChange
+from reconcile.engine.facts import Fact
 from reconcile.kube.objects import LiveNode
 
 if TYPE_CHECKING:
@@ -80,9 +81,11 @@ NO_POLICY: NodePolicy = NoPolicy()
 
 
 def overlay(live_labels: Mapping[str, str], changes: Iterable[LabelChange]) -> dict[str, str]:
-    """The labels a node carries once `changes` are applied."""
+    """The labels a node carries once `changes` (their label changes) are applied."""
     result = dict(live_labels)
     for change in changes:
+        if change.fact is not Fact.LABEL:
+            continue
         if change.after is None:
             result.pop(change.key, None)
         else:
@@ -128,6 +131,13 @@ class Projection:
     @cached_property
     def labels_after(self) -> dict[str, dict[str, str]]:
         return projected_labels(self.desired, self.live, self.nodes)
+
+    @cached_property
+    def taints_after(self) -> dict[str, tuple[dict[str, Any], ...]]:
+        """Every live node's taints as they will be after apply (a node not in the
+        cluster yet has none that anyone knows of)."""
+        planned = {n.name: n.taints for n in self.nodes if n.taints is not None}
+        return {node.name: planned.get(node.name, node.taints) for node in self.live}
 
     @cached_property
     def pods(self) -> Sequence[dict[str, Any]]:

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
+from reconcile.engine.facts import BY_FACT, Fact, shown_key, shown_value
+
 
 class Action(enum.StrEnum):
     """What a change does."""
@@ -25,8 +27,8 @@ class Action(enum.StrEnum):
     REMOVE = "remove"
 
 
-class LabelChange(BaseModel):
-    """One label to set or remove on one node."""
+class NodeChange(BaseModel):
+    """One node fact to set or remove: a label, an annotation or a taint (facts.py)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -35,23 +37,36 @@ class LabelChange(BaseModel):
     before: str | None
     after: str | None
     owner: str | None = None
+    fact: Fact = Fact.LABEL
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return BY_FACT[self.fact].path(self.key)
+
+    @property
+    def shown_key(self) -> str:
+        """The key as drift lines print it: a label bare, `annotation:`/`taint:` prefixed."""
+        return shown_key(self.fact, self.key)
 
     @property
     def shown_value(self) -> str:
         """The desired value as drift lines print it: `""` when empty, `-` when absent."""
-        if self.after is None:
-            return "-"
-        return self.after if self.after else '""'
+        return shown_value(self.after)
 
 
-def label_drift(
+# The name from when labels were the only node fact.
+LabelChange = NodeChange
+
+
+def fact_drift(
+    fact: Fact,
     desired: Mapping[str, str | None],
     live: Mapping[str, str],
     prune: Iterable[str] = (),
-) -> list[LabelChange]:
+) -> list[NodeChange]:
     """Changes that make `live` carry `desired`; keys in `prune` are removed if present.
 
-    A missing label and an empty one are different facts: `None` (absent) never equals "".
+    A missing fact and an empty one are different: `None` (absent) never equals "".
     """
     changes = []
     for key, want in desired.items():
@@ -59,15 +74,24 @@ def label_drift(
         if want == have:
             continue
         if want is None:
-            changes.append(LabelChange(key=key, action=Action.REMOVE, before=have, after=None))
+            action = Action.REMOVE
         elif have is None:
-            changes.append(LabelChange(key=key, action=Action.ADD, before=None, after=want))
+            action = Action.ADD
         else:
-            changes.append(LabelChange(key=key, action=Action.UPDATE, before=have, after=want))
+            action = Action.UPDATE
+        changes.append(NodeChange(key=key, action=action, before=have, after=want, fact=fact))
     for key in prune:
         if key not in desired and key in live:
-            changes.append(LabelChange(key=key, action=Action.REMOVE, before=live[key], after=None))
+            changes.append(
+                NodeChange(key=key, action=Action.REMOVE, before=live[key], after=None, fact=fact)
+            )
     return sorted(changes, key=lambda change: change.key)
+
+
+def label_drift(
+    desired: Mapping[str, str | None], live: Mapping[str, str], prune: Iterable[str] = ()
+) -> list[NodeChange]:
+    return fact_drift(Fact.LABEL, desired, live, prune)
 
 
 class FieldChange(BaseModel):

@@ -254,9 +254,11 @@ class RunningPod:
 
 
 def node_views(
-    live: Iterable[LiveNode], labels_by_node: Mapping[str, Mapping[str, str]] | None = None
+    live: Iterable[LiveNode],
+    labels_by_node: Mapping[str, Mapping[str, str]] | None = None,
+    taints_by_node: Mapping[str, tuple[Mapping[str, Any], ...]] | None = None,
 ) -> list[NodeView]:
-    """Nodes with the given labels (default: their live ones); a node only in
+    """Nodes with the given labels and taints (default: their live ones); a node only in
     `labels_by_node` (declared, not yet joined) is a plain schedulable node."""
     views = []
     live_by_name = {node.name: node for node in live}
@@ -270,7 +272,8 @@ def node_views(
         if node is None:
             views.append(NodeView(name, node_labels))
         else:
-            views.append(NodeView(name, node_labels, node.unschedulable, node.taints))
+            taints = (taints_by_node or {}).get(name, node.taints)
+            views.append(NodeView(name, node_labels, node.unschedulable, tuple(taints)))
     return views
 
 
@@ -354,7 +357,7 @@ def impact_check(projection: Projection) -> list[Finding]:
     return impact(
         state,
         node_views(projection.live),
-        node_views(projection.live, projection.labels_after),
+        node_views(projection.live, projection.labels_after, projection.taints_after),
         unchanged=frozenset(t.identity for t in workloads(state) if t.identity not in touched),
         pods=pods,
     )

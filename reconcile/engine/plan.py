@@ -37,7 +37,16 @@ from reconcile.engine.checks import (
     overlay,
     projected_labels,
 )
-from reconcile.engine.diff import FieldChange, LabelChange, label_drift
+from reconcile.engine.diff import FieldChange, LabelChange, NodeChange, fact_drift
+from reconcile.engine.facts import (
+    BY_FACT,
+    LABEL_INVENTORY,
+    RULES,
+    Fact,
+    parse_shown_key,
+    shown_key,
+    taints_after,
+)
 from reconcile.kube import labels
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import ApiResource, LiveNode
@@ -45,8 +54,8 @@ from reconcile.kube.objects import ApiResource, LiveNode
 __all__ = ["Finding", "Severity", "overlay", "projected_labels"]  # re-exported for views
 
 PLAN_API_VERSION: Final = "reconcile.dev/v1alpha1"
-# Like nfd-master's nfd.node.kubernetes.io/feature-labels: the keys this tool has set.
-INVENTORY_ANNOTATION: Final = "reconcile.dev/managed-labels"
+# Like nfd-master's nfd.node.kubernetes.io/feature-labels: the label keys this tool has set.
+INVENTORY_ANNOTATION: Final = LABEL_INVENTORY
 
 
 class _Frozen(BaseModel):
@@ -54,30 +63,50 @@ class _Frozen(BaseModel):
 
 
 class NodePlan(_Frozen):
-    """The label changes for one node, planned against one resourceVersion."""
+    """The fact changes (labels, annotations, taints) for one node, planned against one
+    resourceVersion, and what reconcile will manage there afterwards."""
 
     name: str
     resourceVersion: str
     source: str
-    changes: tuple[LabelChange, ...]
+    changes: tuple[NodeChange, ...]
+    # The facts reconcile manages on the node after apply, as drift lines name them
+    # (labels bare, `annotation:<key>`, `taint:<key>:<effect>`): what --prune may remove.
     inventory: tuple[str, ...]
     # Why apply must not write these changes unless told to (the node policy's word: for
     # GPU nodes, a driver image the support matrix does not list; --allow-missing-image).
     refusal: str | None = None
+    # The node's whole taint list after apply, when a taint changes (a merge patch
+    # replaces the list; the resourceVersion precondition keeps it from racing).
+    taints: tuple[dict[str, Any], ...] | None = None
 
     def patch(self, *, with_precondition: bool = True) -> dict[str, object]:
-        """The JSON merge patch for this node: changed labels, inventory, precondition."""
+        """The JSON merge patch for this node: every changed fact, the inventories, and
+        the precondition: the whole node changes atomically or not at all."""
+        changed = {c.fact for c in self.changes}
+        owned = [parse_shown_key(k) for k in self.inventory]
+        annotations: dict[str, str | None] = {
+            c.key: c.after for c in self.changes if c.fact is Fact.ANNOTATION
+        }
+        for rule in RULES:
+            keys = [k for fact, k in owned if fact is rule.fact]
+            if rule.fact is Fact.LABEL or keys or rule.fact in changed:
+                annotations[rule.inventory] = ",".join(keys) or None
         metadata: dict[str, object] = {
-            "labels": {change.key: change.after for change in self.changes},
-            "annotations": {INVENTORY_ANNOTATION: ",".join(self.inventory) or None},
+            "labels": {c.key: c.after for c in self.changes if c.fact is Fact.LABEL},
+            "annotations": annotations,
         }
         if with_precondition:
             metadata["resourceVersion"] = self.resourceVersion
-        return {"metadata": metadata}
+        patch: dict[str, object] = {"metadata": metadata}
+        if self.taints is not None:
+            patch["spec"] = {"taints": list(self.taints)}
+        return patch
 
-    def converged(self, live: LiveNode) -> list[LabelChange]:
+    def converged(self, live: LiveNode) -> list[NodeChange]:
         """Changes the live node does not carry (an empty list when all took effect)."""
-        return [c for c in self.changes if live.labels.get(c.key) != c.after]
+        facts = {rule.fact: rule.live(live) for rule in RULES}
+        return [c for c in self.changes if facts[c.fact].get(c.key) != c.after]
 
 
 class MissingNode(_Frozen):
@@ -264,35 +293,49 @@ def all_schemas() -> dict[str, dict[str, Any]]:
 
 
 def parse_inventory(annotations: dict[str, str]) -> frozenset[str]:
-    """The label keys reconcile manages on a node. Never one the kubelet or the cloud
-    provider owns, whatever the annotation says (an older desired/ could declare them;
-    anyone can edit the annotation): `--prune` must not delete kubernetes.io/os."""
-    raw = annotations.get(INVENTORY_ANNOTATION, "")
-    return frozenset(key for key in raw.split(",") if key and not labels.is_kubelet_owned(key))
+    """The facts reconcile manages on a node, as drift lines name them, from its inventory
+    annotations. Never a label the kubelet or the cloud provider owns, whatever the
+    annotation says (an older desired/ could declare them; anyone can edit the
+    annotation): `--prune` must not delete kubernetes.io/os."""
+    found = set()
+    for rule in RULES:
+        for key in annotations.get(rule.inventory, "").split(","):
+            if key and not (rule.fact is Fact.LABEL and labels.is_kubelet_owned(key)):
+                found.add(shown_key(rule.fact, key))
+    return frozenset(found)
 
 
 def plan_node(
     desired: DesiredNode, live: LiveNode, *, prune: bool, policy: NodePolicy = NO_POLICY
 ) -> NodePlan | None:
     """What makes `live` match `desired`, or None when it already does."""
-    inventory = parse_inventory(live.annotations)
-    undeclared = {key for key in inventory if key not in desired.labels and key in live.labels}
-    changes = [
-        c.model_copy(update={"owner": policy.owner(live, c.key, inventory)})
-        for c in label_drift(desired.labels, live.labels, prune=undeclared if prune else ())
-    ]
+    inventory = [parse_shown_key(k) for k in parse_inventory(live.annotations)]
+    changes: list[NodeChange] = []
+    managed: set[str] = set()
+    for rule in RULES:
+        want, have = rule.desired(desired), rule.live(live)
+        owned = frozenset(k for fact, k in inventory if fact is rule.fact)
+        undeclared = {k for k in owned if k not in want and k in have}
+        drift = fact_drift(rule.fact, want, have, prune=undeclared if prune else ())
+        if rule.fact is Fact.LABEL:  # who writes it: the node policy's knowledge of labels
+            drift = [
+                c.model_copy(update={"owner": policy.owner(live, c.key, owned)}) for c in drift
+            ]
+        changes.extend(drift)
+        managed |= {shown_key(rule.fact, k) for k, v in want.items() if v is not None}
+        if not prune:
+            managed |= {shown_key(rule.fact, k) for k in undeclared}  # a later --prune may
     if not changes:
         return None
-    managed = {key for key, value in desired.labels.items() if value is not None}
-    if not prune:
-        managed |= undeclared  # still ours: a later --prune may remove them
+    taint_changes = {c.key: c.after for c in changes if c.fact is Fact.TAINT}
     return NodePlan(
         name=live.name,
         resourceVersion=live.resource_version,
         source=str(desired.source),
         changes=tuple(changes),
         inventory=tuple(sorted(managed)),
-        refusal=policy.refusal(live, changes),
+        refusal=policy.refusal(live, [c for c in changes if c.fact is Fact.LABEL]),
+        taints=tuple(taints_after(live.taints, taint_changes)) if taint_changes else None,
     )
 
 
@@ -301,16 +344,17 @@ def _refuse_empty_label_prune(
 ) -> None:
     """Refuse a prune that removes every label the inventories of all nodes hold."""
     managed = {
-        (node.name, key)
+        (node.name, shown)
         for node in live
-        for key in parse_inventory(node.annotations)
-        if key in node.labels
+        for shown in parse_inventory(node.annotations)
+        if _live_value(node, shown) is not None
     }
     pruned = {
-        (node_plan.name, change.key)
+        (node_plan.name, change.shown_key)
         for node_plan in nodes
         for change in node_plan.changes
-        if change.after is None and change.key not in desired.nodes[node_plan.name].labels
+        if change.after is None
+        and change.key not in BY_FACT[change.fact].desired(desired.nodes[node_plan.name])
     } & managed
     if pruned and pruned == managed:
         shown = ", ".join(f"{node} {key}" for node, key in sorted(pruned)[:5])
@@ -320,6 +364,11 @@ def _refuse_empty_label_prune(
             "because desired/ declares none of them: nothing was changed. Check --desired; "
             "to remove them all on purpose, pass --allow-empty-prune"
         )
+
+
+def _live_value(node: LiveNode, shown: str) -> str | None:
+    fact, key = parse_shown_key(shown)
+    return BY_FACT[fact].live(node).get(key)
 
 
 def build_plan(
@@ -348,11 +397,11 @@ def build_plan(
         if node_plan is not None:
             nodes.append(node_plan)
         if not prune:
-            prunable.extend(
-                PrunableLabel(node=name, key=key, value=node.labels[key])
-                for key in sorted(parse_inventory(node.annotations))
-                if key not in want.labels and key in node.labels
-            )
+            for shown in sorted(parse_inventory(node.annotations)):
+                fact, key = parse_shown_key(shown)
+                value = _live_value(node, shown)
+                if key not in BY_FACT[fact].desired(want) and value is not None:
+                    prunable.append(PrunableLabel(node=name, key=shown, value=value))
     if prune and not allow_empty_prune:
         _refuse_empty_label_prune(desired, nodes, live)
     return Plan(

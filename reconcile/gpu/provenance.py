@@ -9,6 +9,7 @@ from typing import Final
 
 from reconcile.engine.checks import Finding, Projection, Severity
 from reconcile.engine.diff import LabelChange
+from reconcile.engine.facts import Fact
 from reconcile.kube.labels import NFD_DEFAULT_NAMESPACE
 from reconcile.kube.objects import LiveNode
 
@@ -86,5 +87,7 @@ def label_fights(projection: Projection) -> Iterable[Finding]:
     for node_plan in projection.nodes:
         managers = live[node_plan.name].label_managers if node_plan.name in live else {}
         for change in node_plan.changes:
+            if change.fact is not Fact.LABEL:
+                continue  # field managers are tracked for labels
             if (found := _fight(node_plan.name, change, managers.get(change.key))) is not None:
                 yield found

@@ -128,6 +128,7 @@ def test_plan_json_round_trips_and_records_resource_versions(
             "before": "9",
             "after": "2",
             "owner": "gpu-feature-discovery",
+            "fact": "label",
         }
     ]
 
@@ -180,6 +181,7 @@ def test_apply_json_reports_what_changed(lab: TestCluster, workdir: Path) -> Non
             "before": "9",
             "after": "2",
             "owner": "gpu-feature-discovery",
+            "fact": "label",
         }
     ]
     assert document["failed"] == []

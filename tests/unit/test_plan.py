@@ -475,3 +475,92 @@ def test_markdown_of_an_objects_only_plan_says_nothing_about_nodes() -> None:
     assert text.startswith(
         "#### reconcile plan\n\n- **Objects:** 3 to change (1 create, 1 prune, 1 update)\n\n"
     )
+
+
+def _facts_node(**kwargs: dict[str, str | None]) -> DesiredState:
+    return DesiredState(
+        nodes={"n1": DesiredNode("n1", {}, Source("desired/nodes/n1.yaml", 4, 9), **kwargs)}
+    )
+
+
+def test_annotations_and_taints_are_node_facts_at_their_own_paths() -> None:
+    node = LiveNode(
+        name="n1",
+        resource_version="7",
+        labels={},
+        annotations={"example.com/owner": "infra"},
+        taints=(
+            {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": "t"},
+        ),
+    )
+    state = _facts_node(
+        annotations={"example.com/owner": "ml platform"},
+        taints={"nvidia.com/gpu:NoSchedule": "present", "dedicated:NoSchedule": None},
+    )
+    [node_plan] = build_plan(state, [node]).nodes
+
+    assert [(c.path, c.shown_key, c.shown_value) for c in node_plan.changes] == [
+        (
+            ("metadata", "annotations", "example.com/owner"),
+            "annotation:example.com/owner",
+            '"ml platform"',
+        ),
+        (("spec", "taints", "dedicated:NoSchedule"), "taint:dedicated:NoSchedule", "-"),
+        (
+            ("spec", "taints", "nvidia.com/gpu:NoSchedule"),
+            "taint:nvidia.com/gpu:NoSchedule",
+            "present",
+        ),
+    ]
+    assert node_plan.inventory == (
+        "annotation:example.com/owner",
+        "taint:nvidia.com/gpu:NoSchedule",
+    )
+    assert node_plan.patch() == {
+        "metadata": {
+            "labels": {},
+            "annotations": {
+                "example.com/owner": "ml platform",
+                INVENTORY_ANNOTATION: None,
+                "reconcile.dev/managed-annotations": "example.com/owner",
+                "reconcile.dev/managed-taints": "nvidia.com/gpu:NoSchedule",
+            },
+            "resourceVersion": "7",
+        },
+        "spec": {
+            "taints": [
+                {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute", "timeAdded": "t"},
+                {"key": "nvidia.com/gpu", "effect": "NoSchedule", "value": "present"},
+            ]
+        },
+    }
+
+
+def test_a_taint_value_change_keeps_its_place_and_prune_removes_only_inventoried_facts() -> None:
+    node = LiveNode(
+        name="n1",
+        resource_version="7",
+        labels={},
+        annotations={
+            "example.com/other": "not ours",
+            "example.com/old": "ours",
+            "reconcile.dev/managed-annotations": "example.com/old",
+        },
+        taints=(
+            {"key": "a", "effect": "NoSchedule"},
+            {"key": "b", "value": "1", "effect": "NoExecute"},
+        ),
+    )
+    state = _facts_node(taints={"a:NoSchedule": "x"})
+    plan = build_plan(state, [node])
+    assert [p.key for p in plan.prunable] == ["annotation:example.com/old"]
+    [node_plan] = plan.nodes
+    assert node_plan.taints == (
+        {"key": "a", "effect": "NoSchedule", "value": "x"},
+        {"key": "b", "value": "1", "effect": "NoExecute"},
+    )
+    [pruning] = build_plan(state, [node], prune=True, allow_empty_prune=True).nodes
+    assert {c.shown_key for c in pruning.changes if c.after is None} == {
+        "annotation:example.com/old"
+    }

@@ -16,6 +16,8 @@ from pathlib import Path
 
 
 class Severity(enum.StrEnum):
+    """How bad a diagnostic or a plan's finding is."""
+
     ERROR = "error"
     WARNING = "warning"
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import io
-import re
+import logging
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -19,24 +18,33 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, TypeVar
 
 import click
 
 from reconcile import diagnostics as diag
-from reconcile.cli.views import Format
+from reconcile.cli.output import (
+    EXIT_DRIFT,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_SIGINT,
+    Format,
+    audit_line,
+    configure_logging,
+    log,
+    placement_line,
+    severity_prefix,
+    upgrade_line,
+)
 from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError
 
 if TYPE_CHECKING:
     from reconcile.desired.models import DesiredState
     from reconcile.engine.operations import PlanRequest
     from reconcile.engine.plan import Plan
+    from reconcile.gpu.upgrade import Step
     from reconcile.kube.client import Cluster
 
-EXIT_OK = 0
-EXIT_DRIFT = 1
-EXIT_ERROR = 2
-EXIT_SIGINT = 130
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -58,7 +66,7 @@ class Globals:
             self.kubeconfig, self.context, request_timeout=self.request_timeout, timeout=timeout
         )
         if not cluster.tls_verified and all(c.server != cluster.server for c in self.connected):
-            _err().write(f"warning: TLS verification is off for {cluster.server}\n")
+            log.warning("TLS verification is off for %s", cluster.server)
         self.connected.append(cluster)
         return cluster
 
@@ -127,17 +135,18 @@ def common_options(command: F) -> F:
         quiet: bool,
         **kwargs: Any,
     ) -> Any:
-        _VERBOSITY[0] = -1 if quiet else verbose
+        configure_logging(verbose=verbose, quiet=quiet)
         g = Globals(desired, kubeconfig, context, Format(output), request_timeout)
         try:
             return command(*args, g=g, **kwargs)
         finally:
             for cluster in g.connected:
-                if _VERBOSITY[0] > 0:
-                    _err().write(
-                        f"note: {cluster.requests} request(s) to {cluster.server}, "
-                        f"{cluster.retries} retried\n"
-                    )
+                log.debug(
+                    "%d request(s) to %s, %d retried",
+                    cluster.requests,
+                    cluster.server,
+                    cluster.retries,
+                )
                 cluster.close()
 
     return wrapper  # type: ignore[return-value]
@@ -200,43 +209,14 @@ def _out() -> TextIO:
     return sys.stdout
 
 
-# -q hides notes and warnings, -v adds a summary of the requests made (see common_options).
-_VERBOSITY = [0]
-
-
-_SGR = re.compile(r"\x1b\[[0-9;]*m")  # a colour escape
-
-
-class _Quiet(io.TextIOBase):
-    """stderr for -q: errors pass, notes and warnings do not."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-
-    def write(self, text: str) -> int:
-        plain = _SGR.sub("", text)
-        if plain.startswith(("note:", "warning:")) or ": warning: " in plain:
-            return len(text)
-        return self.stream.write(text)
-
-    def flush(self) -> None:
-        self.stream.flush()
-
-    def isatty(self) -> bool:
-        return self.stream.isatty()
-
-
 def _err() -> TextIO:
-    if _VERBOSITY[0] < 0:
-        return cast(TextIO, _Quiet(sys.stderr))
+    """Where errors go: always shown, whatever -q says (notes and warnings are logged)."""
     return sys.stderr
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     """One `error:` line (whatever the message holds), then exit. A URL in it loses its
     user info: a password embedded in the server URL is never printed."""
-    from reconcile.cli.views import severity_prefix
-
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
     _err().write(f"{severity_prefix('error', sys.stderr)} {diag.without_userinfo(line)}\n")
     sys.exit(code)
@@ -304,7 +284,7 @@ class _Main(click.Group):
     only with -v."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        _VERBOSITY[0] = 0  # set again by the command's -v/-q
+        configure_logging(verbose=0, quiet=False)  # set again by the command's -v/-q
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -312,7 +292,7 @@ class _Main(click.Group):
         except BrokenPipeError:
             raise  # stdout went away (`| head`): click handles it
         except Exception as e:
-            if _VERBOSITY[0] > 0:
+            if log.isEnabledFor(logging.DEBUG):
                 import traceback
 
                 traceback.print_exc(file=sys.stderr)
@@ -548,9 +528,10 @@ def apply(
             state = load_or_fail(g) if g.desired.is_dir() else None
             saved = operations.open_saved(plan_file, state)
             if state is None:
-                _err().write(
-                    f"warning: no desired/ tree at {g.desired}: the plan is checked against the "
-                    "live inventories only; apply it from the checkout it was made from\n"
+                log.warning(
+                    "no desired/ tree at %s: the plan is checked against the live inventories "
+                    "only; apply it from the checkout it was made from",
+                    g.desired,
                 )
             cluster = g.connect(timeout)
             operations.verify_saved(saved, cluster)
@@ -753,7 +734,7 @@ def placement_command(g: Globals, source: str) -> None:
             _out(),
         )
     else:
-        _out().writelines(r.line() + "\n" for r in results)
+        _out().writelines(placement_line(r) + "\n" for r in results)
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT)
 
 
@@ -814,12 +795,12 @@ def upgrade(
         fail(str(e))
     out = _out()
 
-    def emit(line: str) -> None:
-        out.write(line + "\n")
+    def emit(step: Step) -> None:
+        out.write(upgrade_line(step) + "\n")
         out.flush()
 
     def note(line: str) -> None:
-        _err().write(f"note: {line}\n")
+        log.info("%s", line)
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)
@@ -1048,7 +1029,7 @@ def audit(g: Globals) -> None:
         nodes = g.connect().list_nodes(label_selector=drivers.GPU_NODES)
         findings = drivers.audit((n.name, n.labels) for n in nodes)
     render_findings(
-        [str(f) for f in findings],
+        [audit_line(f) for f in findings],
         [{"node": f.node, "key": f.key, "reason": f.reason} for f in findings],
         g.output,
         _out(),
@@ -1195,7 +1176,7 @@ def report(g: Globals) -> None:
         )
     for covered in coverage.values():
         if covered.tag is None:
-            _err().write(f"warning: {covered.node}: {covered.problem}\n")
+            log.warning("%s: %s", covered.node, covered.problem)
     sys.exit(EXIT_OK)
 
 

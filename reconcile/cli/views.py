@@ -8,15 +8,21 @@ nothing else); notes for people go to the error stream.
 from __future__ import annotations
 
 import difflib
-import enum
 import json
-import os
 import re
 import shlex
 import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
+from reconcile.cli.output import (
+    Format,
+    finding_line,
+    log,
+    node_line,
+    object_lines,
+    severity_prefix,
+)
 from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.engine.apply import ApplyResult
 from reconcile.engine.diff import FieldChange, LabelChange
@@ -25,19 +31,6 @@ from reconcile.engine.plan import PLAN_API_VERSION, MissingNode, Plan
 from reconcile.engine.rbac import HEADER as RBAC_HEADER
 from reconcile.engine.rbac import RbacObject
 from reconcile.kube import labels
-
-
-class Format(enum.StrEnum):
-    TEXT = "text"
-    JSON = "json"
-    MARKDOWN = "markdown"
-
-
-def drift_line(node: str, change: LabelChange, *, show_owner: bool = False) -> str:
-    line = f"{node} {change.shown_key} {change.shown_value}"
-    if show_owner:
-        line += f" {change.owner or 'unknown'}"
-    return line
 
 
 def write_json(document: Any, out: TextIO) -> None:
@@ -106,7 +99,7 @@ def render_diagnostics(diagnostics: Sequence[Diagnostic], err: TextIO) -> None:
             continue
         where = f"{diagnostic.source}: " if diagnostic.source else ""
         tag = severity_prefix(str(diagnostic.severity), err)
-        err.write(f"{where}{tag} {diagnostic.message}\n")
+        log.warning("%s%s %s", where, tag, diagnostic.message, extra={"plain": True})
 
 
 def render_validation(
@@ -157,24 +150,27 @@ def render_plan(
         _plan_markdown(plan, out)
         return
     for node, change in plan.lines():
-        out.write(drift_line(node, change, show_owner=show_owner) + "\n")
+        out.write(node_line(node, change, show_owner=show_owner) + "\n")
     for obj in plan.objects:
-        out.writelines(line + "\n" for line in obj.lines())
+        out.writelines(line + "\n" for line in object_lines(obj))
     for missing in plan.missingNodes:
         err.write(_missing_note(missing) + "\n")
     for finding in plan.findings:
-        err.write(
-            f"{severity_prefix(finding.severity, err)} {finding.subject}: {finding.message}\n"
-        )
+        if finding.severity is Severity.ERROR:
+            err.write(finding_line(finding, err) + "\n")
+        else:
+            log.warning("%s: %s", finding.subject, finding.message)
     if plan.prunable:
-        err.write(
-            f"note: {len(plan.prunable)} label(s) set by reconcile are no longer declared; "
-            "`--prune` removes them\n"
+        log.info(
+            "%d label(s) set by reconcile are no longer declared; `--prune` removes them",
+            len(plan.prunable),
         )
     if plan.prunableObjects:
-        err.write(
-            f"note: {len(plan.prunableObjects)} object(s) applied by reconcile are no longer in "
-            f"desired/ ({', '.join(plan.prunableObjects)}); `--prune` deletes them\n"
+        log.info(
+            "%d object(s) applied by reconcile are no longer in desired/ (%s); `--prune` "
+            "deletes them",
+            len(plan.prunableObjects),
+            ", ".join(plan.prunableObjects),
         )
 
 
@@ -323,7 +319,12 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
                 "applied": [_change_json(node, change) for node, change in result.lines()],
                 "failed": [{"node": n.name, "error": n.error} for n in result.failed],
                 "objects": [
-                    {"object": o.id, "lines": list(o.lines), "error": o.error, "note": o.note}
+                    {
+                        "object": o.id,
+                        "lines": object_lines(o.changed) if o.changed is not None else [],
+                        "error": o.error,
+                        "note": o.note,
+                    }
                     for o in result.objects
                 ],
                 "notes": [{"node": n.name, "note": n.note} for n in result.nodes if n.note],
@@ -340,18 +341,19 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
         _apply_markdown(result, out)
         return
     for node, change in result.lines():
-        out.write(drift_line(node, change) + "\n")
-    out.writelines(line + "\n" for line in result.object_lines())
+        out.write(node_line(node, change) + "\n")
+    for obj in result.changed_objects():
+        out.writelines(line + "\n" for line in object_lines(obj))
     render_apply_failures(result, err)
 
 
 def render_apply_failures(result: ApplyResult, err: TextIO) -> None:
     for node in result.nodes:
         if node.note:
-            err.write(f"note: {node.name}: {node.note}\n")
+            log.info("%s: %s", node.name, node.note)
     for obj in result.objects:
         if obj.note:
-            err.write(f"note: {obj.id}: {obj.note}\n")
+            log.info("%s: %s", obj.id, obj.note)
     for rejected in result.rejected:
         err.write(f"rejected: {rejected}\n")
     if result.rejected:
@@ -375,7 +377,7 @@ def _apply_markdown(result: ApplyResult, out: TextIO) -> None:
         out.write("\n| Node | Label | Now |\n| --- | --- | --- |\n")
         for node, change in applied:
             out.write(f"| {_md(node)} | {_code(change.shown_key)} | {_md_value(change.after)} |\n")
-    objects = list(result.object_lines())
+    objects = [line for obj in result.changed_objects() for line in object_lines(obj)]
     if objects:
         out.write("\n" + "".join(f"- {_code(line.strip(), cell=False)}\n" for line in objects))
     _md_list(out, "Rejected (nothing was applied)", (f"{_md(r)}" for r in result.rejected))
@@ -474,22 +476,6 @@ def _yaml_mapping(
         else:
             lines.append(f"{indent}{key}: {_yaml_scalar(value)}")
     return lines
-
-
-_COLOURS = {"error": "\x1b[31m", "warning": "\x1b[33m"}
-
-
-def severity_prefix(severity: str, stream: TextIO) -> str:
-    """`error:` or `warning:`, in colour on a terminal unless NO_COLOR is set (no-color.org)."""
-    text = f"{severity}:"
-    if (
-        severity in _COLOURS
-        and stream.isatty()
-        and not os.environ.get("NO_COLOR")
-        and os.environ.get("TERM") != "dumb"
-    ):
-        return f"{_COLOURS[severity]}{text}\x1b[0m"
-    return text
 
 
 def render_import(

@@ -112,9 +112,11 @@ class ApplyResult:
             for change in node.applied:
                 yield node.name, change
 
-    def object_lines(self) -> Iterable[str]:
+    def changed_objects(self) -> Iterable[ObjectPlan]:
+        """The objects this run changed, in apply order."""
         for obj in self.objects:
-            yield from obj.lines
+            if obj.changed is not None:
+                yield obj.changed
 
 
 def check_fresh(plan: Plan, live: Iterable[LiveNode]) -> None:
@@ -279,7 +281,8 @@ def _apply_fresh(
 @dataclass(frozen=True)
 class ObjectResult:
     id: str
-    lines: tuple[str, ...] = ()
+    # The object as this run changed it (its planned changes), when it did.
+    changed: ObjectPlan | None = None
     error: str | None = None
     note: str | None = None
 
@@ -425,7 +428,7 @@ def _apply_object(
     """One object: its lines when this run changed it, a note when another writer had."""
     if obj.action == "prune":
         if cluster.delete_object(obj.resource, obj.namespace, obj.name):
-            return ObjectResult(obj.id, lines=tuple(obj.lines()))
+            return ObjectResult(obj.id, changed=obj)
         return ObjectResult(obj.id, note=f"deleted by another writer first: {DONE_BY_OTHERS}")
     if obj.action == "recreate":
         cluster.delete_object(obj.resource, obj.namespace, obj.name)
@@ -433,7 +436,7 @@ def _apply_object(
         if cluster.apply_created(
             obj.resource, _body(obj, precondition=False, configs=configs), force=force
         ):
-            return ObjectResult(obj.id, lines=tuple(obj.lines()))
+            return ObjectResult(obj.id, changed=obj)
         return ObjectResult(obj.id, note=f"created by another writer first: {DONE_BY_OTHERS}")
     current = obj
     for _ in range(MAX_CONFLICT_RETRIES):
@@ -451,7 +454,7 @@ def _apply_object(
                 return _apply_object(replanned, cluster, configs, saved=saved, force=force)
             current = replanned
             continue
-        return ObjectResult(obj.id, lines=tuple(current.lines()))
+        return ObjectResult(obj.id, changed=current)
     return ObjectResult(
         obj.id,
         error=f"kept conflicting with other writers ({MAX_CONFLICT_RETRIES} times); try again",

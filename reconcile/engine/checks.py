@@ -9,7 +9,6 @@ write depends on a finding's `blocksApply`, never on its kind's name.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from reconcile.desired.models import DesiredState
+from reconcile.diagnostics import Severity
 from reconcile.engine.diff import LabelChange
 from reconcile.engine.facts import Fact
 from reconcile.kube.objects import LiveNode
@@ -26,16 +26,10 @@ if TYPE_CHECKING:
     from reconcile.engine.plan import NodePlan, ObjectPlan
 
 
-class Severity(enum.StrEnum):
-    """`error`: must not merge as it is (`plan` exits 1, the pull-request check fails);
-    `warning`: review must see it (`plan` exits 1)."""
-
-    ERROR = "error"
-    WARNING = "warning"
-
-
 class Finding(BaseModel):
-    """Something the plan reveals beyond drift, that review must see."""
+    """Something the plan reveals beyond drift, that review must see. `error`: must not
+    merge as it is (the pull-request check fails); `warning`: review must see it. Either
+    makes `plan` exit 1."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

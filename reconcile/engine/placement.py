@@ -15,8 +15,8 @@ from typing import Any
 
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
-from reconcile.diagnostics import Diagnostic
-from reconcile.engine.checks import Finding, Projection, Severity
+from reconcile.diagnostics import Diagnostic, Severity
+from reconcile.engine.checks import Finding, Projection
 from reconcile.kube.kinds import ObjectId, apply_rank, workload_id
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.scheduler import (
@@ -122,15 +122,6 @@ class Placement:
     @property
     def ok(self) -> bool:
         return self.pending == 0
-
-    def line(self) -> str:
-        if not self.nodes and (self.pending or not self.template.daemon):
-            return f"{self.template.id} PENDING {self.reason}"
-        line = f"{self.template.id} {','.join(self.nodes)}"
-        if self.pending:
-            noun = "replica" if self.pending == 1 else "replicas"
-            line += f" ({self.pending} {noun} PENDING: {self.reason})"
-        return line
 
 
 def place(template: PodTemplate, nodes: Sequence[NodeView]) -> Placement:

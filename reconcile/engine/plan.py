@@ -28,15 +28,8 @@ from pydantic import (
 )
 
 from reconcile.desired.models import DesiredNode, DesiredState, json_schemas
-from reconcile.diagnostics import EmptyPrune, ReconcileError
-from reconcile.engine.checks import (
-    NO_POLICY,
-    Finding,
-    NodePolicy,
-    Severity,
-    overlay,
-    projected_labels,
-)
+from reconcile.diagnostics import EmptyPrune, ReconcileError, Severity
+from reconcile.engine.checks import NO_POLICY, Finding, NodePolicy, overlay, projected_labels
 from reconcile.engine.diff import FieldChange, LabelChange, NodeChange, fact_drift
 from reconcile.engine.facts import (
     BY_FACT,
@@ -158,14 +151,6 @@ class ObjectPlan(_Frozen):
     def resource(self) -> ApiResource:
         group, _, version = self.apiVersion.rpartition("/")
         return ApiResource(group, version, self.plural, self.kind, self.namespaced)
-
-    def lines(self) -> list[str]:
-        """The drift lines: `<id> + ` to create, `<id> - ` to prune, else one per field."""
-        if self.action == "create":
-            return [f"{self.id} + "]
-        if self.action == "prune":
-            return [f"{self.id} - "]
-        return [f"{self.id} {c.shown_path} {c.shown_value}" for c in self.changes]
 
 
 class ClusterIdentity(_Frozen):

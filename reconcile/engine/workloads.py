@@ -28,8 +28,16 @@ from typing import Any, Final, Protocol
 
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
-from reconcile.diagnostics import ApiError, Conflict, Diagnostic, EmptyPrune, Invalid, NotFound
-from reconcile.engine.checks import Finding, Severity
+from reconcile.diagnostics import (
+    ApiError,
+    Conflict,
+    Diagnostic,
+    EmptyPrune,
+    Invalid,
+    NotFound,
+    Severity,
+)
+from reconcile.engine.checks import Finding
 from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
 from reconcile.engine.plan import ObjectPlan
 from reconcile.kube import sensitive

@@ -8,7 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from reconcile.desired.models import DesiredState
-from reconcile.engine.checks import Check, Finding, Projection, Severity, overlay
+from reconcile.diagnostics import Severity
+from reconcile.engine.checks import Check, Finding, Projection, overlay
 from reconcile.engine.diff import LabelChange
 from reconcile.engine.operations import ENGINE_CHECKS
 from reconcile.gpu import drivers, provenance

@@ -68,9 +68,6 @@ class AuditFinding:
     key: str
     reason: str  # missing, not-a-number, too-long, bad-format
 
-    def __str__(self) -> str:
-        return f"{self.node} {self.key} {self.reason}"
-
 
 def audit_labels(node: str, labels: Mapping[str, str]) -> list[AuditFinding]:
     """The GPU label conventions for one GPU node. Present-but-empty is not `missing`."""

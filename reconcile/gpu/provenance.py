@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from reconcile.engine.checks import Finding, Projection, Severity
+from reconcile.diagnostics import Severity
+from reconcile.engine.checks import Finding, Projection
 from reconcile.engine.diff import LabelChange
 from reconcile.engine.facts import Fact
 from reconcile.kube.labels import NFD_DEFAULT_NAMESPACE

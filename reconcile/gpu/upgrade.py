@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, NamedTuple, NoReturn, Protocol
 
 from reconcile.diagnostics import ApiError, NotFound, ReconcileError, TooManyRequests
 from reconcile.gpu import drivers
@@ -63,6 +63,14 @@ class UpgradeCluster(Protocol):
     def budgets(self, namespace: str) -> list[dict[str, Any]]: ...
 
     def evict(self, namespace: str, name: str) -> None: ...
+
+
+class Step(NamedTuple):
+    """One thing the upgrade did (or, dry, would do): a fact of a node or pod that moved."""
+
+    subject: str
+    field: str
+    value: str = ""
 
 
 class UpgradeRefused(ReconcileError):
@@ -220,7 +228,7 @@ class Upgrade:
     node: str
     version: str
     matrix: frozenset[str]
-    emit: Callable[[str], None]
+    emit: Callable[[Step], None]
     note: Callable[[str], None]
     timeout: float = 300.0
     ignore_daemonsets: bool = False
@@ -294,7 +302,7 @@ class Upgrade:
             patch["metadata"]["annotations"] = annotations
         live = self.cluster.patch_node(self.node, patch)
         self.state = state
-        self.emit(f"{self.node} {STATE} {state}")
+        self.emit(Step(self.node, STATE, state))
         return live
 
     def _cordon(self, live: LiveNode, cordoned: bool) -> LiveNode:
@@ -303,29 +311,27 @@ class Upgrade:
         live = self.cluster.patch_node(
             self.node, {"spec": {"unschedulable": True if cordoned else None}}
         )
-        self.emit(f"{self.node} spec.unschedulable {'true' if cordoned else 'false'}")
+        self.emit(Step(self.node, "spec.unschedulable", "true" if cordoned else "false"))
         return live
 
-    def planned_steps(self, start: int, tag: str, evictions: list[PodToEvict]) -> list[str]:
-        """What `run` would print, for --dry-run."""
+    def planned_steps(self, start: int, tag: str, evictions: list[PodToEvict]) -> list[Step]:
+        """What `run` would emit, for --dry-run."""
         steps = []
         for state in STATES[start:]:
             if state == POD_DELETION_REQUIRED:
                 continue
-            steps.append(f"{self.node} {STATE} {state}")
+            steps.append(Step(self.node, STATE, state))
             if state == CORDON_REQUIRED:
-                steps.append(f"{self.node} spec.unschedulable true")
+                steps.append(Step(self.node, "spec.unschedulable", "true"))
             elif state == DRAIN_REQUIRED:
-                steps.extend(f"{pod.id} evicted" for pod in evictions)
+                steps.extend(Step(pod.id, "evicted") for pod in evictions)
             elif state == POD_RESTART_REQUIRED:
-                steps.extend(
-                    f"{self.node} {key} {value}" for key, value in self.driver_labels().items()
-                )
+                steps.extend(Step(self.node, k, v) for k, v in self.driver_labels().items())
             elif state == VALIDATION_REQUIRED:
-                steps.append(f"{self.node} driver-image {tag} OK")
+                steps.append(Step(self.node, "driver-image", f"{tag} OK"))
             elif state == UNCORDON_REQUIRED:
                 steps.append(
-                    f"{self.node} spec.unschedulable false (unless it was cordoned before)"
+                    Step(self.node, "spec.unschedulable", "false (unless it was cordoned before)")
                 )
         return steps
 
@@ -384,7 +390,7 @@ class Upgrade:
         if changed:
             live = self.cluster.patch_node(self.node, {"metadata": {"labels": changed}})
         for key, value in wanted.items():
-            self.emit(f"{self.node} {key} {value}")
+            self.emit(Step(self.node, key, value))
         return live
 
     def _validate(self, tag: str) -> None:
@@ -395,7 +401,7 @@ class Upgrade:
             self._fail(
                 f"validation: {self.node} now needs driver image {found}, expected {tag} in the matrix"
             )
-        self.emit(f"{self.node} driver-image {tag} OK")
+        self.emit(Step(self.node, "driver-image", f"{tag} OK"))
 
     def _fail(self, reason: str) -> NoReturn:
         """Record upgrade-failed on the node (as far as the API lets us), then stop."""
@@ -405,7 +411,7 @@ class Upgrade:
         except ReconcileError as e:
             left = f"could not be labelled {UPGRADE_FAILED} ({e}) and is left cordoned"
         else:
-            self.emit(f"{self.node} {STATE} {UPGRADE_FAILED}")
+            self.emit(Step(self.node, STATE, UPGRADE_FAILED))
             self.state = UPGRADE_FAILED
         raise UpgradeFailed(
             f"{reason}; {self.node} {left}: fix the cause, then rerun "
@@ -439,7 +445,7 @@ class Upgrade:
                 continue
             except ApiError as e:
                 self._fail(f"evicting {pod.id}: {e.message or e}")
-            self.emit(f"{pod.id} evicted")
+            self.emit(Step(pod.id, "evicted"))
             return
 
     def _wait_gone(self, pod: PodToEvict, deadline: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from reconcile.cli.output import audit_line
 from reconcile.desired.models import DesiredNode, DesiredState, MatrixRow
 from reconcile.diagnostics import Source
 from reconcile.gpu import drivers
@@ -84,7 +85,7 @@ def test_audit_skips_nodes_without_gpus_and_sorts_by_node() -> None:
         ("a", {drivers.GPU_PRESENT: "true", drivers.GPU_COUNT: "x"}),
         ("c", {}),
     ]
-    assert [str(f) for f in drivers.audit(nodes)] == [
+    assert [audit_line(f) for f in drivers.audit(nodes)] == [
         "a nvidia.com/gpu.count not-a-number",
         "a nvidia.com/gpu.memory missing",
         "a nvidia.com/gpu.product missing",

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from reconcile.cli.output import placement_line
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Severity, Source
 from reconcile.engine import placement
@@ -186,7 +187,7 @@ def test_pending_reason_is_the_schedulers_histogram() -> None:
         NodeView("d", {}),
     ]
     result = place(_pod(affinity=_affinity({"key": "gpu", "operator": "Exists"})), nodes)
-    assert result.line() == (
+    assert placement_line(result) == (
         "Pod/ns/p PENDING 0/4 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}, "
         "1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector."
     )
@@ -264,7 +265,7 @@ def test_required_anti_affinity_on_hostname_counts_replicas() -> None:
     nodes = [NodeView(f"n{i}", {"kubernetes.io/hostname": f"n{i}"}) for i in range(3)]
     result = place(template, nodes)
     assert (result.nodes, result.pending) == (("n0", "n1", "n2"), 1)
-    assert result.line() == (
+    assert placement_line(result) == (
         "Deployment/gpu-drv/trainer n0,n1,n2 (1 replica PENDING: 0/3 nodes are available: "
         "3 node(s) didn't match pod anti-affinity rules.)"
     )

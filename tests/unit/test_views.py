@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.cli.views import Format, render_plan, render_report
+from reconcile.cli.output import Format
+from reconcile.cli.views import render_plan, render_report
 from reconcile.engine.diff import Action, LabelChange
 from reconcile.engine.plan import Finding, NodePlan, Plan
 from reconcile.gpu.drivers import env_name

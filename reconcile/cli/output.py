@@ -1,0 +1,133 @@
+"""The output contract, in one place: exit codes, every kind of line reconcile prints, and
+the notes and warnings on stderr.
+
+stdout carries results only, one line per fact, sorted, tab-free, grep/awk-friendly:
+`<node> <key> <value>` (annotations `annotation:<key>`, taints `taint:<key>:<effect>`;
+`""` for empty, `-` for must be absent), `<kind>/<ns>/<name> <field> <value>` for objects
+(`+ ` create, `- ` prune). Notes and warnings go to stderr through the standard `logging`
+module, so `-q` and `-v` are levels; errors are written there directly, always.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final, TextIO
+
+if TYPE_CHECKING:
+    from reconcile.engine.checks import Finding
+    from reconcile.engine.diff import NodeChange
+    from reconcile.engine.placement import Placement
+    from reconcile.engine.plan import ObjectPlan
+    from reconcile.gpu.drivers import AuditFinding
+    from reconcile.gpu.upgrade import Step
+
+# kubectl diff / argocd app diff: 0 in sync, 1 drift or findings, 2 error.
+EXIT_OK: Final = 0
+EXIT_DRIFT: Final = 1
+EXIT_ERROR: Final = 2
+EXIT_SIGINT: Final = 130
+
+
+class Format(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+    MARKDOWN = "markdown"
+
+
+# --- lines on stdout -------------------------------------------------------------------------
+
+
+def node_line(node: str, change: NodeChange, *, show_owner: bool = False) -> str:
+    line = f"{node} {change.shown_key} {change.shown_value}"
+    if show_owner:
+        line += f" {change.owner or 'unknown'}"
+    return line
+
+
+def object_lines(obj: ObjectPlan) -> list[str]:
+    """`<id> + ` to create, `<id> - ` to prune, else one line per changed field."""
+    if obj.action == "create":
+        return [f"{obj.id} + "]
+    if obj.action == "prune":
+        return [f"{obj.id} - "]
+    return [f"{obj.id} {c.shown_path} {c.shown_value}" for c in obj.changes]
+
+
+def placement_line(result: Placement) -> str:
+    template = result.template
+    if not result.nodes and (result.pending or not template.daemon):
+        return f"{template.id} PENDING {result.reason}"
+    line = f"{template.id} {','.join(result.nodes)}"
+    if result.pending:
+        noun = "replica" if result.pending == 1 else "replicas"
+        line += f" ({result.pending} {noun} PENDING: {result.reason})"
+    return line
+
+
+def audit_line(finding: AuditFinding) -> str:
+    return f"{finding.node} {finding.key} {finding.reason}"
+
+
+def upgrade_line(step: Step) -> str:
+    """`<node> <key> <value>` as the upgrade moves; `<pod> evicted` for an eviction."""
+    return " ".join(part for part in (step.subject, step.field, step.value) if part)
+
+
+# --- stderr ----------------------------------------------------------------------------------
+
+_COLOURS: Final = {"error": "\x1b[31m", "warning": "\x1b[33m"}
+
+
+def severity_prefix(severity: str, stream: TextIO) -> str:
+    """`error:` or `warning:`, in colour on a terminal unless NO_COLOR is set (no-color.org)."""
+    text = f"{severity}:"
+    if (
+        severity in _COLOURS
+        and stream.isatty()
+        and not os.environ.get("NO_COLOR")
+        and os.environ.get("TERM") != "dumb"
+    ):
+        return f"{_COLOURS[severity]}{text}\x1b[0m"
+    return text
+
+
+def finding_line(finding: Finding, stream: TextIO) -> str:
+    return f"{severity_prefix(finding.severity, stream)} {finding.subject}: {finding.message}"
+
+
+log: Final = logging.getLogger("reconcile")
+
+
+class _Stderr(logging.Handler):
+    """Notes as `note: ...`, warnings as `warning: ...` (coloured on a terminal), on the
+    stderr of the moment (so a test runner's capture sees them). A record made with
+    `extra={"plain": True}` is written as it is (a `file:line:col: warning:` diagnostic)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stream = sys.stderr
+        message = record.getMessage()
+        if not getattr(record, "plain", False):
+            tag = "note:" if record.levelno < logging.WARNING else None
+            message = f"{tag or severity_prefix('warning', stream)} {message}"
+        stream.write(message + "\n")
+
+
+_HANDLER: Final = _Stderr()
+
+
+def configure_logging(*, verbose: int, quiet: bool) -> None:
+    """-q: errors only (they are not logged: always shown); default: notes and warnings;
+    -v: also what was asked of the API server."""
+    if _HANDLER not in log.handlers:
+        log.addHandler(_HANDLER)
+        log.propagate = False
+    log.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
+
+
+def notes(lines: Iterable[str]) -> None:
+    for line in lines:
+        log.info(line)

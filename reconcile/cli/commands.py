@@ -32,7 +32,6 @@ from reconcile.cli.output import (
     audit_line,
     configure_logging,
     log,
-    placement_line,
     severity_prefix,
     upgrade_line,
 )
@@ -704,37 +703,14 @@ def placement_command(g: Globals, source: str) -> None:
     cluster will have after apply: `<kind>/<namespace>/<name> <node>,<node>...` or
     `<kind>/<namespace>/<name> PENDING <the scheduler's reason>`. Exit 1 if anything cannot
     be placed in full."""
-    from reconcile.cli.views import write_json
-    from reconcile.engine import placement
-    from reconcile.engine.plan import projected_labels
+    from reconcile.cli.views import render_placement
+    from reconcile.engine.placement import placement
 
     with _errors_to_exit_codes():
         state = load_or_fail(g)
-        if source == "desired":
-            declared = {
-                name: {k: v for k, v in node.labels.items() if v is not None}
-                for name, node in state.nodes.items()
-            }
-            nodes = placement.node_views([], declared)
-        else:
-            live = g.connect().list_nodes()
-            nodes = placement.node_views(live, projected_labels(state, live))
-        results = [placement.place(t, nodes) for t in placement.workloads(state)]
-    if g.output is Format.JSON:
-        write_json(
-            [
-                {
-                    "workload": r.template.id,
-                    "nodes": list(r.nodes),
-                    "pending": r.pending,
-                    "reason": r.reason,
-                }
-                for r in results
-            ],
-            _out(),
-        )
-    else:
-        _out().writelines(placement_line(r) + "\n" for r in results)
+        live = None if source == "desired" else g.connect().list_nodes()
+        results = placement(state, live)
+    render_placement(results, g.output, _out())
     sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT)
 
 
@@ -785,104 +761,39 @@ def upgrade(
     Eviction API, relabel, validate, uncordon. Each step moves the node's
     nvidia.com/gpu-driver-upgrade-state label; an interrupted run resumes from it.
     """
-    from reconcile.gpu import drivers
-    from reconcile.gpu.upgrade import Upgrade, UpgradeFailed
+    from reconcile.gpu import drivers, operations
+    from reconcile.gpu.upgrade import UpgradeFailed
 
     _check_node_name(node)
     try:
         drivers.split_driver_version(version)
     except ValueError as e:
         fail(str(e))
-    out = _out()
 
     def emit(step: Step) -> None:
-        out.write(upgrade_line(step) + "\n")
-        out.flush()
-
-    def note(line: str) -> None:
-        log.info("%s", line)
+        _out().write(upgrade_line(step) + "\n")
+        _out().flush()
 
     with _errors_to_exit_codes():
-        state = load_or_fail(g)
-        if not state.matrix:
-            fail(f"no support matrix in {g.desired}/drivers/: the target image cannot be checked")
-        cluster = g.connect()
-        job = Upgrade(
-            cluster,
+        request = operations.UpgradeRequest(
             node,
             version,
-            state.matrix_tags,
-            emit,
-            note,
+            load_or_fail(g),
+            g.desired,
+            dry_run=dry_run,
             timeout=timeout,
             ignore_daemonsets=ignore_daemonsets,
             force=force,
+            write_desired=write_desired,
         )
-        live = cluster.get_node(node)
-        wanted = job.driver_labels()
-        if live.labels.get(drivers.UPGRADE_STATE) == "upgrade-done" and all(
-            live.labels.get(k) == v for k, v in wanted.items()
-        ):
-            note(f"{node} is already on driver {version}")
-            sys.exit(EXIT_OK)
-        start, tag, evictions = job.preflight(live)
-        note(f"preflight: driver image {tag} is in the support matrix")
-        if start > 0:
-            note(f"resuming the upgrade of {node} at {live.labels.get(drivers.UPGRADE_STATE)}")
-        if evictions:
-            note(
-                f"preflight: the budgets allow evicting {len(evictions)} pod(s): {', '.join(p.id for p in evictions)}"
-            )
-        if dry_run:
-            for line in job.planned_steps(start, tag, evictions):
-                emit(line)
-            _desired_note(g.desired, state, node, wanted, write=False, note=note)
-            sys.exit(EXIT_OK)
         try:
-            job.run(start, tag, evictions)
+            operations.upgrade(request, g.connect(), emit, lambda line: log.info("%s", line))
+        except operations.UpgradeInterrupted as e:
+            _err().write(f"{e}\n")
+            sys.exit(EXIT_SIGINT)
         except UpgradeFailed as e:
             fail(str(e))
-        except KeyboardInterrupt:
-            _err().write(
-                f"interrupted: {node} is at {job.state or 'its previous state'}; rerun the same command to resume\n"
-            )
-            sys.exit(EXIT_SIGINT)
-        except ReconcileError as e:
-            fail(
-                f"{e}: {node} stopped at {job.state or 'its previous state'}; rerun the same command to resume"
-            )
-        _desired_note(g.desired, state, node, wanted, write=write_desired, note=note)
     sys.exit(EXIT_OK)
-
-
-def _desired_note(
-    root: Path,
-    state: DesiredState,
-    node: str,
-    wanted: dict[str, str],
-    *,
-    write: bool,
-    note: Callable[[str], None],
-) -> None:
-    """Say when git still declares the old driver (the next apply would revert it), or fix it."""
-    from reconcile.desired.loader import write_labels
-
-    declared = state.nodes.get(node)
-    if declared is None:
-        return
-    stale = {k: v for k, v in wanted.items() if k in declared.labels and declared.labels[k] != v}
-    if not stale:
-        return
-    where = declared.source.file
-    if write:
-        changed = write_labels(root, declared, stale)
-        note(f"{where}: set {', '.join(f'{k}={stale[k]}' for k in changed)}: commit it")
-        return
-    olds = ", ".join(f"{k}={declared.labels[k]}" for k in stale)
-    note(
-        f"{where} still declares {olds}: the next `reconcile apply` reverts this upgrade. "
-        "Change the file too (or rerun with --write-desired)"
-    )
 
 
 @main.command("import")
@@ -1023,11 +934,10 @@ def audit(g: Globals) -> None:
     bad-format) and exit 1; otherwise the single line OK and exit 0.
     """
     from reconcile.cli.views import render_findings
-    from reconcile.gpu import drivers
+    from reconcile.gpu import operations
 
     with _errors_to_exit_codes():
-        nodes = g.connect().list_nodes(label_selector=drivers.GPU_NODES)
-        findings = drivers.audit((n.name, n.labels) for n in nodes)
+        findings = operations.audit(g.connect())
     render_findings(
         [audit_line(f) for f in findings],
         [{"node": f.node, "key": f.key, "reason": f.reason} for f in findings],
@@ -1054,32 +964,17 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
 
     A missing or empty part is an error (exit 2) naming the label, never an odd tag.
     """
-    from reconcile.cli.views import write_json
-    from reconcile.gpu import drivers
+    from reconcile.cli.views import render_tags
+    from reconcile.gpu import operations
 
     if bool(node) == all_nodes:
         fail("give a NODE or --all")
     if node:
         _check_node_name(node)
     with _errors_to_exit_codes():
-        cluster = g.connect()
-        if node:
-            live = [cluster.get_node(node)]
-        else:
-            live = cluster.list_nodes(label_selector=drivers.GPU_NODES)
-        tags: list[tuple[str, str]] = []
-        problems: list[str] = []
-        for item in live:
-            try:
-                tags.append((item.name, drivers.node_tag(item.name, item.labels)))
-            except drivers.TagError as e:
-                problems.append(str(e))
-    if g.output is Format.JSON:
-        write_json([{"node": n, "tag": t} for n, t in tags], _out())
-    else:
-        for name, tag in tags:
-            _out().write(f"{name} {tag}\n" if all_nodes else f"{tag}\n")
-    if problems:
+        found = operations.tags(g.connect(), node)
+    render_tags(found, g.output, _out(), with_node=all_nodes)
+    if problems := [t.problem for t in found if t.problem]:
         fail("; ".join(problems))
     sys.exit(EXIT_OK)
 
@@ -1090,37 +985,15 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
 def drivers_audit(g: Globals) -> None:
     """Every live GPU node whose driver image is not in desired/drivers/: `<node> MISSING <tag>`
     and exit 1; otherwise OK and exit 0. A node whose tag cannot be built is an error (exit 2)."""
-    from reconcile.cli.views import render_findings
-    from reconcile.gpu import drivers
+    from reconcile.cli.views import render_image_audit
+    from reconcile.gpu import operations
 
     with _errors_to_exit_codes():
-        state = load_or_fail(g)
-        if not state.matrix:
-            fail(
-                f"no support matrix in {g.desired}/drivers/ (a DriverSupportMatrix .yaml or a .csv)"
-            )
-        nodes = g.connect().list_nodes(label_selector=drivers.GPU_NODES)
-        coverage = drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)
+        coverage = operations.image_audit(load_or_fail(g), g.connect())
     # A node whose tag cannot be built is listed too (`<node> UNKNOWN <why>`): stdout
     # never says OK while the exit code says the audit could not be completed.
-    shown = [c for c in coverage if not c.covered]
-    broken = [c for c in shown if c.tag is None]
-    render_findings(
-        [
-            f"{c.node} UNKNOWN {c.problem}" if c.tag is None else f"{c.node} MISSING {c.tag}"
-            for c in shown
-        ],
-        [
-            {"node": c.node, "tag": None, "problem": c.problem}
-            if c.tag is None
-            else {"node": c.node, "tag": c.tag}
-            for c in shown
-        ],
-        g.output,
-        _out(),
-        title="driver image audit",
-    )
-    if broken:
+    shown = render_image_audit(coverage, g.output, _out())
+    if broken := [c for c in shown if c.tag is None]:
         fail("; ".join(f"{c.node}: {c.problem}" for c in broken))
     sys.exit(EXIT_DRIFT if shown else EXIT_OK)
 
@@ -1132,51 +1005,15 @@ def report(g: Globals) -> None:
     """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
     tag and driver upgrade state, as shell-sourceable KEY=value lines."""
-    from reconcile.cli.views import render_report, write_json
-    from reconcile.gpu import drivers
+    from reconcile.cli.views import render_report
+    from reconcile.gpu import operations
 
     with _errors_to_exit_codes():
-        state = load_or_fail(g)
-        nodes = g.connect().list_nodes(label_selector=drivers.GPU_NODES)
-        coverage = {
-            c.node: c
-            for c in drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)
-        }
-    skew = sum(1 for c in coverage.values() if c.tag is not None and not c.covered)
-    per_node = [
-        {
-            "name": n.name,
-            "tag": coverage[n.name].tag,
-            "upgradeState": n.labels.get(drivers.UPGRADE_STATE),
-        }
-        for n in sorted(nodes, key=lambda n: n.name)
-    ]
-    if g.output is Format.JSON:
-        write_json(
-            {
-                "nodes": len(nodes),
-                "skew": skew,
-                "matrixRows": len(state.matrix),
-                "gpuNodes": per_node,
-            },
-            _out(),
-        )
-    else:
-        render_report(
-            [("NODES", len(nodes)), ("SKEW", skew), ("MATRIX_ROWS", len(state.matrix))],
-            [
-                (
-                    drivers.env_name(str(item["name"])),
-                    str(item["tag"] or ""),
-                    str(item["upgradeState"] or ""),
-                )
-                for item in per_node
-            ],
-            _out(),
-        )
-    for covered in coverage.values():
-        if covered.tag is None:
-            log.warning("%s: %s", covered.node, covered.problem)
+        summary = operations.report(load_or_fail(g), g.connect())
+    render_report(summary, g.output, _out())
+    for node in summary.nodes:
+        if node.problem:
+            log.warning("%s: %s", node.name, node.problem)
     sys.exit(EXIT_OK)
 
 

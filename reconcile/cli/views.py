@@ -21,15 +21,19 @@ from reconcile.cli.output import (
     log,
     node_line,
     object_lines,
+    placement_line,
     severity_prefix,
 )
 from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.engine.apply import ApplyResult
 from reconcile.engine.diff import FieldChange, LabelChange
 from reconcile.engine.imports import FileChange
+from reconcile.engine.placement import Placement
 from reconcile.engine.plan import PLAN_API_VERSION, MissingNode, Plan
 from reconcile.engine.rbac import HEADER as RBAC_HEADER
 from reconcile.engine.rbac import RbacObject
+from reconcile.gpu.drivers import Coverage, env_name
+from reconcile.gpu.operations import Report, Tag
 from reconcile.kube import labels
 
 
@@ -66,15 +70,82 @@ def sh_value(value: str) -> str:
     return shlex.quote(value) if value else ""
 
 
-def render_report(
-    counts: Sequence[tuple[str, int]], per_node: Sequence[tuple[str, str, str]], out: TextIO
-) -> None:
+def render_report(report: Report, fmt: Format, out: TextIO) -> None:
     """`KEY=value` lines safe to `source`: the counts, then TAG and UPGRADE_STATE per node
-    (variable name from the node's name, value quoted by `sh_value`)."""
-    for key, number in counts:
+    (variable name from the node's name, value quoted by `sh_value`); or JSON."""
+    if fmt is Format.JSON:
+        write_json(
+            {
+                "nodes": len(report.nodes),
+                "skew": report.skew,
+                "matrixRows": report.matrix_rows,
+                "gpuNodes": [
+                    {"name": n.name, "tag": n.tag, "upgradeState": n.upgrade_state}
+                    for n in report.nodes
+                ],
+            },
+            out,
+        )
+        return
+    counts = [("NODES", len(report.nodes)), ("SKEW", report.skew)]
+    for key, number in (*counts, ("MATRIX_ROWS", report.matrix_rows)):
         out.write(f"{key}={number}\n")
-    for prefix, tag, state in per_node:
-        out.write(f"{prefix}_TAG={sh_value(tag)}\n{prefix}_UPGRADE_STATE={sh_value(state)}\n")
+    for node in report.nodes:
+        prefix = env_name(node.name)
+        out.write(
+            f"{prefix}_TAG={sh_value(node.tag or '')}\n"
+            f"{prefix}_UPGRADE_STATE={sh_value(node.upgrade_state or '')}\n"
+        )
+
+
+def render_tags(tags: Sequence[Tag], fmt: Format, out: TextIO, *, with_node: bool) -> None:
+    """The tags that could be built (`<tag>`, or `<node> <tag>` for --all); the others
+    are the command's error."""
+    built = [t for t in tags if t.tag is not None]
+    if fmt is Format.JSON:
+        write_json([{"node": t.node, "tag": t.tag} for t in built], out)
+        return
+    for tag in built:
+        out.write(f"{tag.node} {tag.tag}\n" if with_node else f"{tag.tag}\n")
+
+
+def render_image_audit(coverage: Sequence[Coverage], fmt: Format, out: TextIO) -> list[Coverage]:
+    """`<node> MISSING <tag>`, `<node> UNKNOWN <why>`, or OK; the nodes shown."""
+    shown = [c for c in coverage if not c.covered]
+    render_findings(
+        [
+            f"{c.node} UNKNOWN {c.problem}" if c.tag is None else f"{c.node} MISSING {c.tag}"
+            for c in shown
+        ],
+        [
+            {"node": c.node, "tag": None, "problem": c.problem}
+            if c.tag is None
+            else {"node": c.node, "tag": c.tag}
+            for c in shown
+        ],
+        fmt,
+        out,
+        title="driver image audit",
+    )
+    return shown
+
+
+def render_placement(results: Sequence[Placement], fmt: Format, out: TextIO) -> None:
+    if fmt is Format.JSON:
+        write_json(
+            [
+                {
+                    "workload": r.template.id,
+                    "nodes": list(r.nodes),
+                    "pending": r.pending,
+                    "reason": r.reason,
+                }
+                for r in results
+            ],
+            out,
+        )
+        return
+    out.writelines(placement_line(r) + "\n" for r in results)
 
 
 # --- diagnostics ---------------------------------------------------------------------------

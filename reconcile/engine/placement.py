@@ -16,7 +16,7 @@ from typing import Any
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Diagnostic, Severity
-from reconcile.engine.checks import Finding, Projection
+from reconcile.engine.checks import Finding, Projection, projected_labels
 from reconcile.kube.kinds import ObjectId, apply_rank, workload_id
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.scheduler import (
@@ -352,3 +352,17 @@ def impact_check(projection: Projection) -> list[Finding]:
         unchanged=frozenset(t.identity for t in workloads(state) if t.identity not in touched),
         pods=pods,
     )
+
+
+def placement(state: DesiredState, live: Sequence[LiveNode] | None) -> list[Placement]:
+    """Where every workload of desired/ lands: against the live nodes with desired/ laid
+    over, or (`live` None) against the nodes desired/ declares alone, offline."""
+    if live is None:
+        declared = {
+            name: {k: v for k, v in node.labels.items() if v is not None}
+            for name, node in state.nodes.items()
+        }
+        nodes = node_views([], declared)
+    else:
+        nodes = node_views(live, projected_labels(state, live))
+    return [place(t, nodes) for t in workloads(state)]

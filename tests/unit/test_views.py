@@ -15,6 +15,7 @@ from reconcile.cli.views import render_plan, render_report
 from reconcile.engine.diff import Action, LabelChange
 from reconcile.engine.plan import Finding, NodePlan, Plan
 from reconcile.gpu.drivers import env_name
+from reconcile.gpu.operations import Report, ReportNode
 from tests.support import markdown_html, markdown_table_rows
 
 # Values a proxy or a server that does not validate could return as label values.
@@ -44,11 +45,8 @@ SHELLS = [shell for shell in ("sh", "bash", "dash") if shutil.which(shell)]
 
 def _report(tmp_path: Path) -> Path:
     out = io.StringIO()
-    render_report(
-        [("NODES", len(HOSTILE)), ("SKEW", 0), ("MATRIX_ROWS", 3)],
-        [(f"N{i}", value, value[::-1]) for i, value in enumerate(HOSTILE)],
-        out,
-    )
+    nodes = tuple(ReportNode(f"n{i}", value, value[::-1]) for i, value in enumerate(HOSTILE))
+    render_report(Report(nodes, skew=0, matrix_rows=3), Format.TEXT, out)
     path = tmp_path / "report.env"
     path.write_text(out.getvalue())
     return path

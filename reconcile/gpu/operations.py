@@ -1,0 +1,213 @@
+"""The GPU domain's operations: typed requests in, values out, no printing. The label audit,
+each node's driver image tag, the support matrix's coverage of the live GPU nodes, the
+report, and one node's driver upgrade in the GPU Operator's order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from reconcile.desired.loader import write_labels
+from reconcile.desired.models import DesiredState
+from reconcile.diagnostics import ReconcileError
+from reconcile.gpu import drivers
+from reconcile.gpu.drivers import AuditFinding, Coverage
+from reconcile.gpu.upgrade import PodToEvict, Step, Upgrade, UpgradeCluster, UpgradeFailed
+from reconcile.kube.objects import LiveNode
+
+
+class NodeReader(Protocol):
+    def list_nodes(self, *, label_selector: str | None = None) -> list[LiveNode]: ...
+
+    def get_node(self, name: str) -> LiveNode: ...
+
+
+def _gpu_nodes(cluster: NodeReader) -> list[LiveNode]:
+    return sorted(cluster.list_nodes(label_selector=drivers.GPU_NODES), key=lambda n: n.name)
+
+
+def audit(cluster: NodeReader) -> list[AuditFinding]:
+    """The GPU label conventions on every live GPU node (nvidia.com/gpu.present=true)."""
+    return drivers.audit((n.name, n.labels) for n in _gpu_nodes(cluster))
+
+
+@dataclass(frozen=True)
+class Tag:
+    node: str
+    tag: str | None
+    problem: str | None = None  # why the tag cannot be built (a part is missing or empty)
+
+
+def tags(cluster: NodeReader, node: str | None = None) -> list[Tag]:
+    """The precompiled driver image tag of `node`, or of every GPU node."""
+    nodes = [cluster.get_node(node)] if node else _gpu_nodes(cluster)
+    found = []
+    for item in nodes:
+        try:
+            found.append(Tag(item.name, drivers.node_tag(item.name, item.labels)))
+        except drivers.TagError as e:
+            found.append(Tag(item.name, None, str(e)))
+    return found
+
+
+def image_audit(state: DesiredState, cluster: NodeReader) -> list[Coverage]:
+    """Every live GPU node's image against the support matrix desired/ declares."""
+    if not state.matrix:
+        raise ReconcileError(
+            "no support matrix in desired/drivers/ (a DriverSupportMatrix .yaml or a .csv)"
+        )
+    return drivers.coverage(((n.name, n.labels) for n in _gpu_nodes(cluster)), state.matrix_tags)
+
+
+@dataclass(frozen=True)
+class ReportNode:
+    name: str
+    tag: str | None
+    upgrade_state: str | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    """A summary computed now: GPU nodes, those whose image is missing, matrix rows."""
+
+    nodes: tuple[ReportNode, ...]
+    skew: int
+    matrix_rows: int
+
+
+def report(state: DesiredState, cluster: NodeReader) -> Report:
+    nodes = _gpu_nodes(cluster)
+    coverage = {
+        c.node: c for c in drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)
+    }
+    return Report(
+        nodes=tuple(
+            ReportNode(
+                n.name,
+                coverage[n.name].tag,
+                n.labels.get(drivers.UPGRADE_STATE),
+                coverage[n.name].problem if coverage[n.name].tag is None else None,
+            )
+            for n in nodes
+        ),
+        skew=sum(1 for c in coverage.values() if c.tag is not None and not c.covered),
+        matrix_rows=len(state.matrix),
+    )
+
+
+# --- one node's driver upgrade ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UpgradeRequest:
+    node: str
+    version: str  # MAJOR.MINOR.REV
+    desired: DesiredState
+    root: Path  # the desired/ directory, for --write-desired
+    dry_run: bool = False
+    timeout: float = 300.0
+    ignore_daemonsets: bool = False
+    force: bool = False
+    write_desired: bool = False
+
+
+class UpgradeInterrupted(ReconcileError):
+    """Ctrl-C during an upgrade: the node is at a state a rerun resumes from."""
+
+
+def upgrade(
+    request: UpgradeRequest,
+    cluster: UpgradeCluster,
+    emit: Callable[[Step], None],
+    note: Callable[[str], None],
+) -> None:
+    """Preflight (image in the matrix, budgets), then the operator's states one by one,
+    each emitted as it happens; with `dry_run`, the steps it would take. Raises
+    UpgradeRefused/UpgradeFailed/UpgradeInterrupted, or a ReconcileError naming the state
+    a rerun resumes from."""
+    state, node = request.desired, request.node
+    if not state.matrix:
+        raise ReconcileError(
+            "no support matrix in desired/drivers/: the target image cannot be checked"
+        )
+    job = Upgrade(
+        cluster,
+        node,
+        request.version,
+        state.matrix_tags,
+        emit,
+        note,
+        timeout=request.timeout,
+        ignore_daemonsets=request.ignore_daemonsets,
+        force=request.force,
+    )
+    live = cluster.get_node(node)
+    wanted = job.driver_labels()
+    if live.labels.get(drivers.UPGRADE_STATE) == "upgrade-done" and all(
+        live.labels.get(k) == v for k, v in wanted.items()
+    ):
+        note(f"{node} is already on driver {request.version}")
+        return
+    start, tag, evictions = job.preflight(live)
+    _preflight_notes(note, node, live, start, tag, evictions)
+    if request.dry_run:
+        for step in job.planned_steps(start, tag, evictions):
+            emit(step)
+        _desired_note(request, wanted, write=False, note=note)
+        return
+    try:
+        job.run(start, tag, evictions)
+    except KeyboardInterrupt as e:
+        raise UpgradeInterrupted(
+            f"interrupted: {node} is at {job.state or 'its previous state'}; rerun the same "
+            "command to resume"
+        ) from e
+    except UpgradeFailed:
+        raise
+    except ReconcileError as e:
+        raise ReconcileError(
+            f"{e}: {node} stopped at {job.state or 'its previous state'}; rerun the same "
+            "command to resume"
+        ) from e
+    _desired_note(request, wanted, write=request.write_desired, note=note)
+
+
+def _preflight_notes(
+    note: Callable[[str], None],
+    node: str,
+    live: LiveNode,
+    start: int,
+    tag: str,
+    evictions: list[PodToEvict],
+) -> None:
+    note(f"preflight: driver image {tag} is in the support matrix")
+    if start > 0:
+        note(f"resuming the upgrade of {node} at {live.labels.get(drivers.UPGRADE_STATE)}")
+    if evictions:
+        pods = ", ".join(p.id for p in evictions)
+        note(f"preflight: the budgets allow evicting {len(evictions)} pod(s): {pods}")
+
+
+def _desired_note(
+    request: UpgradeRequest, wanted: dict[str, str], *, write: bool, note: Callable[[str], None]
+) -> None:
+    """Say when git still declares the old driver (the next apply would revert it), or fix it."""
+    declared = request.desired.nodes.get(request.node)
+    if declared is None:
+        return
+    stale = {k: v for k, v in wanted.items() if k in declared.labels and declared.labels[k] != v}
+    if not stale:
+        return
+    where = declared.source.file
+    if write:
+        changed = write_labels(request.root, declared, stale)
+        note(f"{where}: set {', '.join(f'{k}={stale[k]}' for k in changed)}: commit it")
+        return
+    olds = ", ".join(f"{k}={declared.labels[k]}" for k in stale)
+    note(
+        f"{where} still declares {olds}: the next `reconcile apply` reverts this upgrade. "
+        "Change the file too (or rerun with --write-desired)"
+    )

@@ -1,0 +1,314 @@
+"""The command line's frame: the `reconcile` group, the options every command takes, the
+`-o` formats a command renders, and the one place failures become exit codes.
+
+Commands live beside it, one module per area (reconciling.py: validate, plan, apply;
+gpu.py: the GPU facts; toolbox.py: import, rbac, placement, schemas, the sandbox). Each
+parses argv into a typed request, calls one operation, renders one view (views.py, in the
+output contract of output.py) and maps the result to an exit code. Modules that need the
+`kubernetes` client are imported inside the commands that talk to a cluster, so
+`validate`, `sanitize` and `schemas` start fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, TypeVar
+
+import click
+
+from reconcile import diagnostics as diag
+from reconcile.cli.output import (
+    EXIT_ERROR,
+    EXIT_SIGINT,
+    Format,
+    configure_logging,
+    log,
+    severity_prefix,
+)
+from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError
+
+if TYPE_CHECKING:
+    from reconcile.desired.models import DesiredState
+    from reconcile.kube.client import Cluster
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Globals:
+    desired: Path
+    kubeconfig: str | None
+    context: str | None
+    output: Format
+    request_timeout: float = 30.0
+    connected: list[Cluster] = dataclasses.field(default_factory=list)
+
+    def connect(self, timeout: float | None = None) -> Cluster:
+        """The cluster; transient failures are retried until `timeout` (overall) runs out."""
+        from reconcile.kube.client import Cluster
+
+        cluster = Cluster.connect(
+            self.kubeconfig, self.context, request_timeout=self.request_timeout, timeout=timeout
+        )
+        if not cluster.tls_verified and all(c.server != cluster.server for c in self.connected):
+            log.warning("TLS verification is off for %s", cluster.server)
+        self.connected.append(cluster)
+        return cluster
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """A Go-style duration (300s, 5m, 1h30m) or plain seconds."""
+    import re
+
+    text = value.strip()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+        return float(text)
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise click.BadParameter(f"{value!r} is not a duration (e.g. 300s, 5m, 1h30m)")
+    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+
+
+def common_options(command: F) -> F:
+    """The options every command takes, gathered into one `Globals` argument `g`."""
+
+    @click.option(
+        "--desired",
+        type=click.Path(path_type=Path, file_okay=False),
+        default=Path("desired"),
+        show_default=True,
+        help="Directory holding the desired state.",
+    )
+    @click.option(
+        "--kubeconfig",
+        metavar="PATH",
+        help="Kubeconfig file; default $KUBECONFIG (files joined by ':'), ~/.kube/config.",
+    )
+    @click.option("--context", metavar="NAME", help="Kubeconfig context to use.")
+    @click.option(
+        "-o",
+        "--output",
+        type=click.Choice([f.value for f in Format]),
+        default=Format.TEXT.value,
+        show_default=True,
+        help="Output format.",
+    )
+    @click.option(
+        "--request-timeout",
+        default="30s",
+        show_default=True,
+        callback=duration,
+        metavar="DURATION",
+        help="Longest wait for one API request.",
+    )
+    @click.option("-v", "--verbose", count=True, help="Also say what was asked of the API server.")
+    @click.option(
+        "-q", "--quiet", is_flag=True, help="Only errors on stderr: no notes, no warnings."
+    )
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        desired: Path,
+        kubeconfig: str | None,
+        context: str | None,
+        output: str,
+        request_timeout: float,
+        verbose: int,
+        quiet: bool,
+        **kwargs: Any,
+    ) -> Any:
+        configure_logging(verbose=verbose, quiet=quiet)
+        g = Globals(desired, kubeconfig, context, Format(output), request_timeout)
+        try:
+            return command(*args, g=g, **kwargs)
+        finally:
+            for cluster in g.connected:
+                log.debug(
+                    "%d request(s) to %s, %d retried",
+                    cluster.requests,
+                    cluster.server,
+                    cluster.retries,
+                )
+                cluster.close()
+
+    return wrapper  # type: ignore[return-value]
+
+
+def outputs(*allowed: Format) -> Callable[[F], F]:
+    """The `-o` formats a command renders; any other is refused with exit 2 before the
+    command runs, never silently ignored. Goes under @common_options."""
+
+    def decorate(command: F) -> F:
+        @functools.wraps(command)
+        def wrapper(*args: Any, g: Globals, **kwargs: Any) -> Any:
+            if g.output not in allowed:
+                name = click.get_current_context().command_path
+                shown = ", ".join(f.value for f in allowed)
+                fail(f"{name} does not render -o {g.output.value}: use {shown}")
+            return command(*args, g=g, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+TEXT_AND_JSON: Final = (Format.TEXT, Format.JSON)
+ALL_FORMATS: Final = tuple(Format)
+
+
+@contextmanager
+def stoppable() -> Iterator[list[int]]:
+    """While applying, SIGINT and SIGTERM only ask to stop: requests in flight finish,
+    nothing new starts, and what was applied is still reported. The list receives the
+    signal's number. (The handler just appends: a lock taken in a handler can deadlock.)"""
+    received: list[int] = []
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        received.append(number)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def progress_bar(noun: str) -> Callable[[int, int], None] | None:
+    """A one-line counter on stderr, when stderr is a terminal."""
+    err = sys.stderr
+    if not err.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        err.write(f"\rapplying: {done}/{total} {noun}" + ("\n" if done == total else ""))
+        err.flush()
+
+    return show
+
+
+def stdout() -> TextIO:
+    return sys.stdout
+
+
+def stderr() -> TextIO:
+    """Where errors go: always shown, whatever -q says (notes and warnings are logged)."""
+    return sys.stderr
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    """One `error:` line (whatever the message holds), then exit. A URL in it loses its
+    user info: a password embedded in the server URL is never printed."""
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    stderr().write(f"{severity_prefix('error', sys.stderr)} {diag.without_userinfo(line)}\n")
+    sys.exit(code)
+
+
+@contextmanager
+def errors_to_exit_codes() -> Iterator[None]:
+    """Turn our exceptions into messages on stderr and exit code 2; Ctrl-C into 130."""
+    try:
+        yield
+    except InvalidInput as e:
+        from reconcile.cli.views import render_diagnostics
+
+        render_diagnostics(e.diagnostics, stderr())
+        fail(f"{e}: nothing was sent to the cluster")
+    except ReconcileError as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        stderr().write("interrupted\n")
+        sys.exit(EXIT_SIGINT)
+
+
+def check_node_name(node: str) -> None:
+    """A NODE argument that is not a valid node name never reaches a request path."""
+    from reconcile.kube.validation import name_problem
+
+    problem = name_problem(node, "node")
+    if problem:
+        fail(problem)
+
+
+def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState, list[Diagnostic]]:
+    """desired/ loaded, and every problem with it: the files, then (when they load) the
+    GPU label conventions and what can never schedule. `coverage_check` adds the
+    support-matrix check that `plan` makes against the cluster instead."""
+    from reconcile.desired.loader import load_desired
+    from reconcile.engine import placement, workloads
+    from reconcile.gpu import drivers
+
+    state, problems = load_desired(g.desired)
+    if not diag.has_errors(problems):
+        found = [
+            *drivers.desired_diagnostics(state, coverage_check=coverage_check),
+            *placement.desired_diagnostics(state),
+            *workloads.desired_diagnostics(state),
+        ]
+        problems = sorted([*problems, *found], key=diag.sort_key)
+    return state, problems
+
+
+def load_or_fail(g: Globals) -> DesiredState:
+    """The validated desired state; every problem printed and exit 2 if there is one."""
+    from reconcile.cli.views import render_diagnostics
+
+    state, problems = desired_problems(g, coverage_check=False)
+    if diag.has_errors(problems):
+        raise InvalidInput(problems)
+    render_diagnostics(problems, stderr())
+    return state
+
+
+class _Main(click.Group):
+    """The command group, with the last-resort handler: a bug is still exit 2 and one
+    `error:` line (never exit 1, which a pipeline reads as "drift"); the traceback
+    only with -v."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        configure_logging(verbose=0, quiet=False)  # set again by the command's -v/-q
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except BrokenPipeError:
+            raise  # stdout went away (`| head`): click handles it
+        except Exception as e:
+            if log.isEnabledFor(logging.DEBUG):
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
+                hint = ""
+            else:
+                hint = " (run with -v for the traceback)"
+            text = str(e).splitlines()[0][:300] if str(e) else ""
+            fail(f"internal error: {type(e).__name__}: {text}{hint}")
+
+
+@click.group(
+    cls=_Main,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(package_name="reconcile", prog_name="reconcile")
+def main() -> None:
+    """Git as the source of truth for GPU node labels, driver images and workloads.
+
+    \b
+    reconcile validate    check desired/ offline (exit 0 clean, 2 on errors)
+    reconcile plan        print drift as `<node> <key> <value>` (exit 0 in sync, 1 drift, 2 error)
+    reconcile apply       fix the drift (exit 0 converged, 2 anything failed)
+    reconcile sandbox     a local Kubernetes-compatible API server to try it on
+    """

@@ -1,0 +1,246 @@
+"""The GPU facts: the label audit, driver image tags and coverage, the report, upgrades,
+and sanitizing vendor strings into label values."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from reconcile.cli.app import (
+    ALL_FORMATS,
+    TEXT_AND_JSON,
+    Globals,
+    check_node_name,
+    common_options,
+    duration,
+    errors_to_exit_codes,
+    fail,
+    load_or_fail,
+    main,
+    outputs,
+    stderr,
+    stdout,
+)
+from reconcile.cli.output import (
+    EXIT_DRIFT,
+    EXIT_OK,
+    EXIT_SIGINT,
+    Format,
+    audit_line,
+    log,
+    upgrade_line,
+)
+
+if TYPE_CHECKING:
+    from reconcile.gpu.upgrade import Step
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.argument("values", nargs=-1, required=True)
+def sanitize(g: Globals, values: tuple[str, ...]) -> None:
+    """Make vendor strings valid label values: one output line per VALUE.
+
+    \b
+    Every character outside [A-Za-z0-9_.-] becomes '-', the result is cut to 63
+    characters, then non-alphanumerics are trimmed from both ends:
+      reconcile sanitize "NVIDIA A100-SXM4-40GB"   ->   NVIDIA-A100-SXM4-40GB
+    A value with nothing left is an error (exit 2), never an empty line.
+    """
+    from reconcile.cli.views import write_json
+    from reconcile.kube.labels import sanitize_label_value
+
+    results = [(value, sanitize_label_value(value)) for value in values]
+    failed = [value for value, sanitized in results if not sanitized]
+    if g.output is Format.JSON:
+        write_json([{"input": v, "value": s or None} for v, s in results], stdout())
+    else:
+        for _, sanitized in results:
+            if sanitized:
+                stdout().write(sanitized + "\n")
+    if len(failed) == 1:
+        fail(f"{failed[0]!r} has no alphanumeric character to keep: it cannot be a label value")
+    if failed:
+        fail(
+            f"{', '.join(repr(v) for v in failed)} have no alphanumeric character to keep: "
+            "they cannot be label values"
+        )
+    sys.exit(EXIT_OK)
+
+
+@main.command()
+@common_options
+@outputs(*ALL_FORMATS)
+def audit(g: Globals) -> None:
+    """Check the GPU label conventions on every live GPU node (nvidia.com/gpu.present=true).
+
+    One line `<node> <key> <reason>` per finding (missing, not-a-number, too-long,
+    bad-format) and exit 1; otherwise the single line OK and exit 0.
+    """
+    from reconcile.cli.views import render_findings
+    from reconcile.gpu import operations
+
+    with errors_to_exit_codes():
+        findings = operations.audit(g.connect())
+    render_findings(
+        [audit_line(f) for f in findings],
+        [{"node": f.node, "key": f.key, "reason": f.reason} for f in findings],
+        g.output,
+        stdout(),
+        title="GPU label audit",
+    )
+    sys.exit(EXIT_DRIFT if findings else EXIT_OK)
+
+
+@main.group("drivers")
+def drivers_group() -> None:
+    """Precompiled driver images: each GPU node's tag, and the support matrix's coverage."""
+
+
+@drivers_group.command("tag")
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.argument("node", required=False)
+@click.option("--all", "all_nodes", is_flag=True, help="Every GPU node, as `<node> <tag>` lines.")
+def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
+    """The precompiled driver image tag of a live node:
+    `<cuda.driver.major>-<kernel-version.full>-<os_release.ID><os_release.VERSION_ID>`.
+
+    A missing or empty part is an error (exit 2) naming the label, never an odd tag.
+    """
+    from reconcile.cli.views import render_tags
+    from reconcile.gpu import operations
+
+    if bool(node) == all_nodes:
+        fail("give a NODE or --all")
+    if node:
+        check_node_name(node)
+    with errors_to_exit_codes():
+        found = operations.tags(g.connect(), node)
+    render_tags(found, g.output, stdout(), with_node=all_nodes)
+    if problems := [t.problem for t in found if t.problem]:
+        fail("; ".join(problems))
+    sys.exit(EXIT_OK)
+
+
+@drivers_group.command("audit")
+@common_options
+@outputs(*ALL_FORMATS)
+def drivers_audit(g: Globals) -> None:
+    """Every live GPU node whose driver image is not in desired/drivers/: `<node> MISSING <tag>`
+    and exit 1; otherwise OK and exit 0. A node whose tag cannot be built is an error (exit 2)."""
+    from reconcile.cli.views import render_image_audit
+    from reconcile.gpu import operations
+
+    with errors_to_exit_codes():
+        coverage = operations.image_audit(load_or_fail(g), g.connect())
+    # A node whose tag cannot be built is listed too (`<node> UNKNOWN <why>`): stdout
+    # never says OK while the exit code says the audit could not be completed.
+    shown = render_image_audit(coverage, g.output, stdout())
+    if broken := [c for c in shown if c.tag is None]:
+        fail("; ".join(f"{c.node}: {c.problem}" for c in broken))
+    sys.exit(EXIT_DRIFT if shown else EXIT_OK)
+
+
+@main.command()
+@common_options
+@outputs(*TEXT_AND_JSON)
+def report(g: Globals) -> None:
+    """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
+    SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
+    tag and driver upgrade state, as shell-sourceable KEY=value lines."""
+    from reconcile.cli.views import render_report
+    from reconcile.gpu import operations
+
+    with errors_to_exit_codes():
+        summary = operations.report(load_or_fail(g), g.connect())
+    render_report(summary, g.output, stdout())
+    for node in summary.nodes:
+        if node.problem:
+            log.warning("%s: %s", node.name, node.problem)
+    sys.exit(EXIT_OK)
+
+
+@main.command()
+@common_options
+@outputs(Format.TEXT)
+@click.argument("node")
+@click.option(
+    "--driver",
+    "version",
+    required=True,
+    metavar="MAJOR.MINOR.REV",
+    help="The driver version to move to, e.g. 550.90.07.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Run the preflight and print the steps, change nothing."
+)
+@click.option(
+    "--timeout",
+    default="300s",
+    show_default=True,
+    callback=duration,
+    help="How long evictions may take (retried every 5 s).",
+)
+@click.option(
+    "--ignore-daemonsets",
+    is_flag=True,
+    help="Leave DaemonSet pods on the node (they cannot be evicted).",
+)
+@click.option("--force", is_flag=True, help="Also evict pods that no controller recreates.")
+@click.option(
+    "--write-desired",
+    is_flag=True,
+    help="Update the node's file in desired/ to the new driver (comments and order kept).",
+)
+def upgrade(
+    g: Globals,
+    node: str,
+    version: str,
+    dry_run: bool,
+    timeout: float,
+    ignore_daemonsets: bool,
+    force: bool,
+    write_desired: bool,
+) -> None:
+    """Move one node to another driver the way the GPU Operator's upgrade controller does:
+    image in the support matrix first, budgets second, then cordon, drain through the
+    Eviction API, relabel, validate, uncordon. Each step moves the node's
+    nvidia.com/gpu-driver-upgrade-state label; an interrupted run resumes from it.
+    """
+    from reconcile.gpu import drivers, operations
+    from reconcile.gpu.upgrade import UpgradeFailed
+
+    check_node_name(node)
+    try:
+        drivers.split_driver_version(version)
+    except ValueError as e:
+        fail(str(e))
+
+    def emit(step: Step) -> None:
+        stdout().write(upgrade_line(step) + "\n")
+        stdout().flush()
+
+    with errors_to_exit_codes():
+        request = operations.UpgradeRequest(
+            node,
+            version,
+            load_or_fail(g),
+            g.desired,
+            dry_run=dry_run,
+            timeout=timeout,
+            ignore_daemonsets=ignore_daemonsets,
+            force=force,
+            write_desired=write_desired,
+        )
+        try:
+            operations.upgrade(request, g.connect(), emit, lambda line: log.info("%s", line))
+        except operations.UpgradeInterrupted as e:
+            stderr().write(f"{e}\n")
+            sys.exit(EXIT_SIGINT)
+        except UpgradeFailed as e:
+            fail(str(e))
+    sys.exit(EXIT_OK)

@@ -1,0 +1,305 @@
+"""validate, plan and apply: the reconciler's own commands."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from reconcile import diagnostics as diag
+from reconcile.cli.app import (
+    ALL_FORMATS,
+    Globals,
+    common_options,
+    desired_problems,
+    duration,
+    errors_to_exit_codes,
+    fail,
+    load_or_fail,
+    main,
+    outputs,
+    progress_bar,
+    stderr,
+    stdout,
+    stoppable,
+)
+from reconcile.cli.output import (
+    EXIT_DRIFT,
+    EXIT_ERROR,
+    EXIT_OK,
+    log,
+)
+
+if TYPE_CHECKING:
+    from reconcile.desired.models import DesiredState
+    from reconcile.engine.operations import ApplyRequest, PlanRequest
+    from reconcile.engine.plan import Plan
+    from reconcile.kube.client import Cluster
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@main.command()
+@common_options
+@outputs(*ALL_FORMATS)
+def validate(g: Globals) -> None:
+    """Check every file under desired/ without a cluster; print every problem as file:line:col."""
+    from reconcile.cli.views import render_validation
+
+    _, problems = desired_problems(g, coverage_check=True)
+    render_validation(problems, g.output, stdout(), stderr())
+    sys.exit(EXIT_ERROR if diag.has_errors(problems) else EXIT_OK)
+
+
+def _plan_request(
+    state: DesiredState | None,
+    *,
+    prune: bool = False,
+    allow_empty_prune: bool = False,
+    prune_namespace_contents: bool = False,
+    force_conflicts: bool = False,
+    recreate: bool = False,
+) -> PlanRequest:
+    """The plan request argv asks for (desired/ filled in later when `state` is None)."""
+    from reconcile.desired.models import DesiredState
+    from reconcile.engine.operations import PlanRequest
+
+    return PlanRequest(
+        state if state is not None else DesiredState(),
+        prune=prune,
+        allow_empty_prune=allow_empty_prune,
+        prune_namespace_contents=prune_namespace_contents,
+        force_conflicts=force_conflicts,
+        recreate=recreate,
+    )
+
+
+def gpu_plan(cluster: Cluster, request: PlanRequest) -> Plan:
+    """The plan operation with the GPU domain's policy and checks: what `plan` and
+    `apply` run."""
+    from reconcile.engine import operations
+    from reconcile.gpu import checks as gpu
+
+    return operations.plan(
+        request, cluster, policy=gpu.policy(request.desired), checks=gpu.ALL_CHECKS
+    )
+
+
+def _prune_options(command: F) -> F:
+    command = click.option(
+        "--prune-namespace-contents",
+        is_flag=True,
+        help="With --prune: delete a Namespace even when it holds objects reconcile does not manage.",
+    )(command)
+    command = click.option(
+        "--allow-empty-prune",
+        is_flag=True,
+        help="With --prune: allow deleting every object and label reconcile manages (an empty desired/).",
+    )(command)
+    return click.option(
+        "--prune",
+        is_flag=True,
+        help="Also remove labels and objects reconcile applied earlier that are no longer declared.",
+    )(command)
+
+
+def _check_writable(path: Path) -> None:
+    """Fail now, before the cluster is asked anything, when `path` cannot be written."""
+    import os
+
+    directory = path.parent
+    if not directory.is_dir():
+        fail(f"cannot write the plan to {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK) or (
+        path.exists() and not os.access(path, os.W_OK)
+    ):
+        fail(f"cannot write the plan to {path}: permission denied")
+
+
+def _object_options(command: F) -> F:
+    command = click.option(
+        "--timeout",
+        default="5m",
+        show_default=True,
+        callback=duration,
+        metavar="DURATION",
+        help="Overall bound: transient failures (429, 5xx, dropped connections) are retried until then.",
+    )(command)
+    command = click.option(
+        "--recreate",
+        is_flag=True,
+        help="Delete and create objects whose changed fields cannot be updated in place.",
+    )(command)
+    return click.option(
+        "--force-conflicts",
+        is_flag=True,
+        help="Take ownership of fields another field manager owns (server-side apply force).",
+    )(command)
+
+
+@main.command()
+@common_options
+@outputs(*ALL_FORMATS)
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Save the plan (JSON) for `apply PLAN`.",
+)
+@_prune_options
+@click.option("--show-owner", is_flag=True, help="Add the writer of each label as a fourth column.")
+@_object_options
+def plan(
+    g: Globals,
+    out_file: Path | None,
+    prune: bool,
+    allow_empty_prune: bool,
+    prune_namespace_contents: bool,
+    show_owner: bool,
+    force_conflicts: bool,
+    recreate: bool,
+    timeout: float,
+) -> None:
+    """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`
+    (and `<kind>/<namespace>/<name> <field> <value>` for workload objects)."""
+    from reconcile.cli.views import render_plan
+
+    if out_file is not None:
+        _check_writable(out_file)
+    with errors_to_exit_codes():
+        state = load_or_fail(g)
+        cluster = g.connect(timeout)
+        the_plan = gpu_plan(
+            cluster,
+            _plan_request(
+                state,
+                prune=prune,
+                allow_empty_prune=allow_empty_prune,
+                prune_namespace_contents=prune_namespace_contents,
+                force_conflicts=force_conflicts,
+                recreate=recreate,
+            ),
+        )
+        if out_file is not None:
+            try:
+                the_plan.save(out_file)
+            except OSError as e:
+                fail(f"cannot write the plan to {out_file}: {e.strerror or e}")
+        render_plan(the_plan, g.output, stdout(), stderr(), show_owner=show_owner)
+    sys.exit(EXIT_DRIFT if the_plan.needs_attention else EXIT_OK)
+
+
+@main.command()
+@common_options
+@outputs(*ALL_FORMATS)
+@click.argument(
+    "plan_file", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True)
+)
+@_prune_options
+@click.option(
+    "--allow-missing-image",
+    is_flag=True,
+    help="Converge nodes onto driver images the support matrix does not list.",
+)
+@click.option(
+    "--parallel",
+    type=click.IntRange(1, 64),
+    default=8,
+    show_default=True,
+    help="Nodes written at once: never more requests than this in flight.",
+)
+@_object_options
+def apply(
+    g: Globals,
+    plan_file: Path | None,
+    prune: bool,
+    allow_empty_prune: bool,
+    prune_namespace_contents: bool,
+    allow_missing_image: bool,
+    parallel: int,
+    force_conflicts: bool,
+    recreate: bool,
+    timeout: float,
+) -> None:
+    """Fix the drift: one PATCH per drifted node, then server-side apply of the workload
+    objects in kind order. Prints exactly the lines it changed.
+
+    With PLAN_FILE (from `plan --out`), applies that plan and nothing else, refusing it
+    as stale if any of its nodes or objects changed since. When the API server would
+    reject any object (a conflict, an immutable field, an invalid manifest), nothing at
+    all is applied.
+    """
+    from reconcile.cli.views import render_apply
+    from reconcile.engine import operations
+    from reconcile.engine.workloads import desired_configs
+    from reconcile.gpu import checks as gpu
+
+    # What planning is asked for; desired/ fills in once it is read.
+    planning = _plan_request(
+        None,
+        prune=prune,
+        allow_empty_prune=allow_empty_prune,
+        prune_namespace_contents=prune_namespace_contents,
+        force_conflicts=force_conflicts,
+        recreate=recreate,
+    )
+    with errors_to_exit_codes():
+        if plan_file is not None:
+            if planning != _plan_request(None):
+                fail(
+                    "--prune, --allow-empty-prune, --prune-namespace-contents, --recreate and "
+                    "--force-conflicts are decided when planning: use `reconcile plan ... --out FILE`"
+                )
+            state, cluster, request = _saved_request(g, plan_file, timeout)
+        else:
+            state = load_or_fail(g)
+            cluster = g.connect(timeout)
+            request = operations.ApplyRequest(
+                gpu_plan(cluster, dataclasses.replace(planning, desired=state)),
+                desired=state,
+                configs=desired_configs(state),
+            )
+        request = dataclasses.replace(request, parallel=parallel, allow_refused=allow_missing_image)
+        with stoppable() as stopped:
+            result = operations.apply(
+                request,
+                cluster,
+                policy=gpu.policy(state) if state is not None else gpu.GpuPolicy(),
+                should_stop=lambda: bool(stopped),
+                progress=progress_bar("nodes"),
+            )
+        render_apply(result, g.output, stdout(), stderr())
+        if stopped:
+            stderr().write(
+                f"interrupted: what was applied is printed above; {len(result.skipped)} node(s) "
+                "and the objects after them were not started: run apply again to finish\n"
+            )
+            sys.exit(128 + stopped[0])
+    sys.exit(EXIT_OK if result.ok else EXIT_ERROR)
+
+
+def _saved_request(
+    g: Globals, plan_file: Path, timeout: float
+) -> tuple[DesiredState | None, Cluster, ApplyRequest]:
+    """A saved plan, checked offline, then against the cluster, ready to apply."""
+    from reconcile.engine import operations
+
+    state = load_or_fail(g) if g.desired.is_dir() else None
+    saved = operations.open_saved(plan_file, state)
+    if state is None:
+        log.warning(
+            "no desired/ tree at %s: the plan is checked against the live inventories only; "
+            "apply it from the checkout it was made from",
+            g.desired,
+        )
+    cluster = g.connect(timeout)
+    operations.verify_saved(saved, cluster)
+    return (
+        state,
+        cluster,
+        operations.ApplyRequest(saved.plan, desired=state, saved=True, configs=saved.configs),
+    )

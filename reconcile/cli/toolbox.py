@@ -1,0 +1,256 @@
+"""The toolbox: import live nodes into desired/, the RBAC desired/ needs, placement, the
+JSON Schemas, shell completion, and the sandbox cluster."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from reconcile import diagnostics as diag
+from reconcile.cli.app import (
+    TEXT_AND_JSON,
+    Globals,
+    common_options,
+    errors_to_exit_codes,
+    fail,
+    load_or_fail,
+    main,
+    outputs,
+    stderr,
+    stdout,
+)
+from reconcile.cli.output import (
+    EXIT_DRIFT,
+    EXIT_OK,
+    Format,
+)
+from reconcile.diagnostics import InvalidInput
+
+if TYPE_CHECKING:
+    pass
+
+
+@main.command("placement")
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.option(
+    "--nodes",
+    "source",
+    type=click.Choice(["cluster", "desired"]),
+    default="cluster",
+    show_default=True,
+    help="Evaluate against the live nodes with desired/ laid over, or desired/nodes alone.",
+)
+def placement_command(g: Globals, source: str) -> None:
+    """Where every Pod and pod template in desired/workloads can land, against the labels the
+    cluster will have after apply: `<kind>/<namespace>/<name> <node>,<node>...` or
+    `<kind>/<namespace>/<name> PENDING <the scheduler's reason>`. Exit 1 if anything cannot
+    be placed in full."""
+    from reconcile.cli.views import render_placement
+    from reconcile.engine.placement import placement
+
+    with errors_to_exit_codes():
+        state = load_or_fail(g)
+        live = None if source == "desired" else g.connect().list_nodes()
+        results = placement(state, live)
+    render_placement(results, g.output, stdout())
+    sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT)
+
+
+@main.command("import")
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.option(
+    "-l",
+    "--selector",
+    metavar="LABELSELECTOR",
+    help="Only the nodes it selects (kubectl's -l syntax).",
+)
+@click.option(
+    "--prefix",
+    "prefixes",
+    multiple=True,
+    metavar="P",
+    help="Keep label keys starting with P (repeatable); default the NFD and GPU prefixes.",
+)
+@click.option("--dry-run", is_flag=True, help="Print the changes as a diff instead of writing.")
+def import_command(
+    g: Globals, selector: str | None, prefixes: tuple[str, ...], dry_run: bool
+) -> None:
+    """Bring live nodes under git: write desired/nodes/<node>.yaml from their labels.
+
+    Files that exist are updated in place (comments, key order and quoting kept; only
+    changed values change); new nodes get a new file. Prints one line per file written.
+    """
+    from reconcile.cli.views import render_import
+    from reconcile.desired.loader import load_desired
+    from reconcile.engine.imports import ImportRequest, plan_import, refused_prefix, write_import
+    from reconcile.gpu.provenance import DISCOVERED_PREFIXES, OPERATOR_PREFIXES
+
+    for prefix in prefixes:
+        if (problem := refused_prefix(prefix)) is not None:
+            fail(problem)
+    with errors_to_exit_codes():
+        state, problems = load_desired(g.desired) if g.desired.exists() else (None, [])
+        if diag.has_errors(problems):
+            raise InvalidInput(problems)
+        request = ImportRequest(
+            g.desired,
+            state,
+            keep=prefixes or DISCOVERED_PREFIXES,
+            excluded=() if prefixes else OPERATOR_PREFIXES,
+            selector=selector,
+        )
+        changes = plan_import(request, g.connect())
+        if not dry_run:
+            write_import(g.desired, changes)
+    render_import(changes, g.output, stdout(), dry_run=dry_run)
+    sys.exit(EXIT_OK)
+
+
+@main.command("rbac")
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.option(
+    "--service-account",
+    default="reconcile-system/reconcile",
+    show_default=True,
+    metavar="NAMESPACE/NAME",
+    help="The ServiceAccount reconcile runs as.",
+)
+def rbac_command(g: Globals, service_account: str) -> None:
+    """Print the ServiceAccount, ClusterRole, Roles and bindings reconcile needs for
+    desired/, and nothing more: workload verbs only in the namespaces desired/ declares
+    objects in, for the kinds it declares there. Offline; `kubectl apply -f` the output.
+    """
+    from reconcile.cli.views import render_rbac
+    from reconcile.engine import rbac
+
+    problem = rbac.service_account_problem(service_account)
+    if problem:
+        fail(f"--service-account {problem}")
+    with errors_to_exit_codes():
+        state = load_or_fail(g)
+    render_rbac(rbac.objects(state, service_account), g.output, stdout())
+    sys.exit(EXIT_OK)
+
+
+@main.command()
+@common_options
+@outputs(Format.TEXT)
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("schemas"),
+    show_default=True,
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 if the files differ from the models instead of writing them.",
+)
+def schemas(g: Globals, directory: Path, check: bool) -> None:
+    """Write the JSON Schema of every desired-state kind (generated from the models)."""
+    import json
+
+    from reconcile.engine.plan import all_schemas
+
+    stale = []
+    for name, schema in all_schemas().items():
+        text = json.dumps(schema, indent=2, sort_keys=True) + "\n"
+        path = directory / name
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current == text:
+            continue
+        stale.append(path)
+        if not check:
+            directory.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    for path in stale:
+        stderr().write(f"{'out of date' if check else 'wrote'}: {path}\n")
+    sys.exit(EXIT_DRIFT if check and stale else EXIT_OK)
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script: `source <(reconcile completion bash)`."""
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    if completer is None:  # pragma: no cover - the choice above lists only supported shells
+        fail(f"no completion for {shell}")
+    script = completer(main, {}, "reconcile", "_RECONCILE_COMPLETE").source()
+    stdout().write(script if script.endswith("\n") else script + "\n")
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--seed",
+    "seed",
+    required=True,
+    metavar="FILE",
+    help="Objects to start with (a List or multi-document YAML); `lab` for the built-in lab cluster.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port on 127.0.0.1 (0 picks a free one).",
+)
+@click.option(
+    "--write-kubeconfig",
+    "kubeconfig_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Where to write a kubeconfig for it.",
+)
+@click.option(
+    "--fault-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Answer this share of requests with a fault (500, 503, 429, 409, dropped).",
+)
+@click.option("--fault-seed", type=int, help="Seed the faults, to replay a run.")
+@click.option(
+    "--fault-retry-after",
+    type=click.IntRange(0, 60),
+    default=1,
+    show_default=True,
+    help="Retry-After seconds of injected 429s.",
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def sandbox(
+    seed: str,
+    port: int,
+    kubeconfig_out: Path | None,
+    fault_rate: float,
+    fault_seed: int | None,
+    fault_retry_after: int,
+    command: tuple[str, ...],
+) -> None:
+    """Serve a Kubernetes-compatible API on 127.0.0.1 until SIGINT/SIGTERM.
+
+    \b
+    With a COMMAND after `--`, run it with KUBECONFIG pointing at the sandbox, then stop
+    and exit with its exit code:
+      reconcile sandbox --seed lab -- sh -c 'reconcile plan; reconcile apply'
+    """
+    from reconcile.sandbox.main import run
+
+    with errors_to_exit_codes():
+        code = run(
+            seed=seed,
+            port=port,
+            kubeconfig_out=kubeconfig_out,
+            command=list(command),
+            err=stderr(),
+            fault_rate=fault_rate,
+            fault_seed=fault_seed,
+            fault_retry_after=fault_retry_after,
+        )
+    sys.exit(code)

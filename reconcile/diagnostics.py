@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,19 @@ class Source:
         if not self.line:
             return self.file
         return f"{self.file}:{self.line}:{self.column or 1}"
+
+
+def nearest(
+    file: str,
+    positions: Mapping[tuple[str | int, ...], tuple[int, int]],
+    path: tuple[str | int, ...],
+    default: Source,
+) -> Source:
+    """Where `path` is written in `file`, or the nearest value enclosing it that is."""
+    for end in range(len(path), 0, -1):
+        if path[:end] in positions:
+            return Source(file, *positions[path[:end]])
+    return default
 
 
 @dataclass(frozen=True)

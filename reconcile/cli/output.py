@@ -14,7 +14,6 @@ import enum
 import logging
 import os
 import sys
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final, TextIO
 
 if TYPE_CHECKING:
@@ -126,8 +125,3 @@ def configure_logging(*, verbose: int, quiet: bool) -> None:
         log.addHandler(_HANDLER)
         log.propagate = False
     log.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose else logging.INFO)
-
-
-def notes(lines: Iterable[str]) -> None:
-    for line in lines:
-        log.info(line)

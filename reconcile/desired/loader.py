@@ -95,10 +95,7 @@ class YamlDocument:
         """Where `path` is written; the nearest enclosing value when it is not."""
         if key and path in self.keys:
             return Source(self.file, *self.keys[path])
-        for end in range(len(path), 0, -1):
-            if path[:end] in self.values:
-                return Source(self.file, *self.values[path[:end]])
-        return Source(self.file, *self.start)
+        return diag.nearest(self.file, self.values, path, Source(self.file, *self.start))
 
 
 # libyaml's composer when PyYAML was built with it (its wheels are), else the Python one.

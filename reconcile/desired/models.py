@@ -15,7 +15,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from reconcile.diagnostics import Source
+from reconcile.diagnostics import Source, nearest
 from reconcile.kube import labels
 from reconcile.kube.kinds import ObjectId
 
@@ -221,10 +221,7 @@ class Manifest:
 
     def at(self, path: tuple[str | int, ...]) -> Source:
         """Where `path` (or the nearest value enclosing it) is written."""
-        for end in range(len(path), 0, -1):
-            if path[:end] in self.positions:
-                return Source(self.source.file, *self.positions[path[:end]])
-        return self.source
+        return nearest(self.source.file, self.positions, path, self.source)
 
     @property
     def api_version(self) -> str:

@@ -195,25 +195,6 @@ class Plan(_Frozen):
     def has_drift(self) -> bool:
         return bool(self.nodes or self.missingNodes or self.objects)
 
-    def with_objects(
-        self,
-        objects: Iterable[ObjectPlan],
-        findings: Iterable[Finding],
-        prunable: Iterable[str],
-        inventory: tuple[str, ...] | None,
-        *,
-        force_conflicts: bool = False,
-    ) -> Plan:
-        return self.model_copy(
-            update={
-                "objects": tuple(objects),
-                "findings": (*self.findings, *findings),
-                "prunableObjects": tuple(prunable),
-                "inventory": inventory,
-                "forceConflicts": force_conflicts,
-            }
-        )
-
     @property
     def needs_attention(self) -> bool:
         """Drift or findings: what makes `plan` exit 1."""

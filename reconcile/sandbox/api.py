@@ -42,7 +42,6 @@ MERGE_PATCH: Final = "application/merge-patch+json"
 STRATEGIC_PATCH: Final = "application/strategic-merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
-APPLY_PATCH_CBOR: Final = "application/apply-patch+cbor"
 PATCH_TYPES: Final = (MERGE_PATCH, STRATEGIC_PATCH, JSON_PATCH, APPLY_PATCH)
 
 # Fields the server owns: a client's value for them is ignored (or checked, for resourceVersion).

@@ -114,12 +114,3 @@ def not_implemented_path(path: str) -> ApiStatus:
         f"the server could not find the requested resource ({path} is not served by the reconcile sandbox)",
         {},
     )
-
-
-def internal(message: str) -> ApiStatus:
-    return ApiStatus(
-        500,
-        "InternalError",
-        f"Internal error occurred: {message}",
-        {"causes": [{"message": message}]},
-    )

@@ -11,8 +11,6 @@ from typing import Any, Final
 
 # Verbs the sandbox implements; `watch` is not among them and is refused with 405.
 VERBS: Final = ("create", "delete", "get", "list", "patch", "update")
-# Fields every resource can be selected by; per-resource extras are in the table.
-COMMON_FIELDS: Final = ("metadata.name", "metadata.namespace")
 
 
 @dataclass(frozen=True)

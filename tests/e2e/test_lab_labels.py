@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support import TestCluster, run_cli
+import pytest
+
+from tests.support import REPO, TestCluster, run_cli
 
 
 def test_drifted_count_is_planned_applied_and_then_in_sync(lab: TestCluster, workdir: Path) -> None:
@@ -185,3 +187,19 @@ def test_apply_json_reports_what_changed(lab: TestCluster, workdir: Path) -> Non
         }
     ]
     assert document["failed"] == []
+
+
+def test_the_readme_library_example_plans_and_applies(
+    lab: TestCluster, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (REPO / "README.md").read_text()
+    example = readme.split("A library user runs the same without argv:\n\n```python\n", 1)[1]
+    example = example.split("```", 1)[0]
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("KUBECONFIG", str(lab.kubeconfig))
+    namespace: dict[str, object] = {}
+    exec(compile(example, "README.md", "exec"), namespace)  # the example as a user runs it
+    assert lab.labels("lab-node-1")["nvidia.com/gpu.count"] == "2"
+    assert [(n, c.key) for n, c in namespace["result"].lines()] == [  # type: ignore[attr-defined]
+        ("lab-node-1", "nvidia.com/gpu.count")
+    ]

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,6 @@ from typing import Any
 
 import yaml
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.main import load_seed
@@ -148,6 +148,7 @@ class TestCluster:
         self.api_client = config.new_client_from_config(str(kubeconfig), persist_config=False)
         self.core = client.CoreV1Api(self.api_client)
         self._created: list[tuple[str, str, str, str]] = []
+        self._uids: dict[tuple[str, str, str], str] = {}  # (kind, namespace, name) -> uid
 
     @property
     def is_sandbox(self) -> bool:
@@ -196,12 +197,34 @@ class TestCluster:
         return dict(body)
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Create an object through the API (status included, via the status subresource)."""
+        """Create an object through the API, its status through the status subresource.
+
+        On a real cluster the controllers are live: owner references are pointed at the
+        owners' real UIDs (else the garbage collector deletes the dependents), a Deployment
+        is created paused (its controller would otherwise replace the seeded ReplicaSet),
+        and status is written on a fresh read (the scheduler and the stand-in kubelet may
+        have moved the object already)."""
         resource = resource_for(obj["apiVersion"], obj["kind"])
         assert resource is not None, obj["kind"]
         body = copy.deepcopy(obj)
         status_part = body.pop("status", None)
-        namespace = body["metadata"].get("namespace", "default") if resource.namespaced else ""
+        metadata = body["metadata"]
+        namespace = metadata.get("namespace", "default") if resource.namespaced else ""
+        if not self.is_sandbox:
+            metadata.pop("uid", None)
+            metadata.pop("resourceVersion", None)
+            for owner in metadata.get("ownerReferences") or ():
+                owner["uid"] = self._uids.get(
+                    (owner["kind"], namespace, owner["name"]), owner["uid"]
+                )
+            if obj["kind"] == "Deployment":
+                body.setdefault("spec", {})["paused"] = True
+            if obj["kind"] == "Pod" and any(
+                o["kind"] == "ReplicaSet" for o in metadata.get("ownerReferences") or ()
+            ):
+                # Created before its ReplicaSet, which adopts it (as a real controller does
+                # with matching orphans) instead of making pods of its own.
+                del metadata["ownerReferences"]
         prefix = f"/apis/{resource.group_version}" if resource.group else "/api/v1"
         collection = (
             f"{prefix}/namespaces/{namespace}/{resource.plural}"
@@ -212,29 +235,180 @@ class TestCluster:
         assert code == 201, created
         name = created["metadata"]["name"]
         self._created.append((collection, name, resource.kind, namespace))
+        self._uids[(resource.kind, namespace, name)] = created["metadata"]["uid"]
         if status_part is not None:
-            created["status"] = status_part
-            code, created = self.raw("PUT", f"{collection}/{name}/status", created)
-            assert code == 200, created
+            created = self._write_status(f"{collection}/{name}", created, status_part)
         return dict(created)
 
+    def _write_status(
+        self, path: str, current: dict[str, Any], status: dict[str, Any]
+    ) -> dict[str, Any]:
+        for _ in range(10):
+            current["status"] = status
+            code, written = self.raw("PUT", f"{path}/status", current)
+            if code == 200:
+                return dict(written)
+            assert code == 409, written  # moved on since: read it again and retry
+            code, current = self.raw("GET", path)
+            assert code == 200, current
+        raise AssertionError(f"{path}: status kept conflicting")
+
     def seed(self, objects: Iterable[dict[str, Any]]) -> None:
-        order = {"Namespace": 0, "Node": 1}
-        for obj in sorted(objects, key=lambda o: order.get(o["kind"], 2)):
-            if obj["kind"] == "Namespace" and self._exists(
-                f"/api/v1/namespaces/{obj['metadata']['name']}"
-            ):
-                continue
-            self.create(obj)
+        """Create the objects (namespaces and nodes first, owners before dependents); on a
+        real cluster a failed seed removes what it created before failing."""
+        # Pods before their ReplicaSet on a real cluster: see `create`.
+        pods = 3 if self.is_sandbox else 2.5
+        order = {"Namespace": 0, "Node": 1, "Deployment": 2, "Pod": pods, "ReplicaSet": 3}
+        try:
+            for obj in sorted(objects, key=lambda o: order.get(o["kind"], 4.0)):
+                if obj["kind"] == "Namespace" and self._exists(
+                    f"/api/v1/namespaces/{obj['metadata']['name']}"
+                ):
+                    continue
+                self.create(obj)
+        except BaseException:
+            if not self.is_sandbox:
+                self.cleanup()
+            raise
+        if not self.is_sandbox:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Wait for what a real cluster does by itself after seeding: the stand-in kubelet
+        marks every node Ready (removing the not-ready taint) and every bound pod Running,
+        the disruption controller computes every budget's status."""
+
+        def nodes_ready() -> bool:
+            for node in self.raw("GET", "/api/v1/nodes")[1]["items"]:
+                conditions = (node.get("status") or {}).get("conditions") or ()
+                taints = (node.get("spec") or {}).get("taints") or ()
+                if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                    return False
+                if any(t["key"] == "node.kubernetes.io/not-ready" for t in taints):
+                    return False
+            return True
+
+        def pods_running() -> bool:
+            pods = self.raw("GET", "/api/v1/pods")[1]["items"]
+            return all(
+                (p.get("status") or {}).get("phase") == "Running"
+                for p in pods
+                if (p.get("spec") or {}).get("nodeName")
+            )
+
+        wait_for(nodes_ready, what="nodes to be Ready")
+        wait_for(pods_running, what="bound pods to run")
+        status, budgets = self.raw("GET", "/apis/policy/v1/poddisruptionbudgets")
+        assert status == 200, budgets
+        for budget in budgets["items"]:
+            metadata = budget["metadata"]
+            path = (
+                f"/apis/policy/v1/namespaces/{metadata['namespace']}"
+                f"/poddisruptionbudgets/{metadata['name']}"
+            )
+            wait_for(
+                lambda path=path: (
+                    (self.raw("GET", path)[1].get("status") or {}).get("observedGeneration")
+                    is not None
+                ),
+                what=f"{path} status",
+            )
 
     def _exists(self, path: str) -> bool:
         return self.raw("GET", path)[0] == 200
 
     def cleanup(self) -> None:
-        for collection, name, _kind, _ns in reversed(self._created):
-            with contextlib.suppress(ApiException):
-                self.raw("DELETE", f"{collection}/{name}")
+        """Leave the real cluster as a fresh one: see `reset`."""
+        reset(self)
+        self._created.clear()
         self.api_client.close()
+
+
+def wait_for(condition: Any, *, what: str, timeout: float = 60.0) -> None:
+    """Poll `condition` until it holds (bounded, never a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.5)
+
+
+# What a fresh cluster has: everything else a test made goes in `reset`.
+SYSTEM_NAMESPACES = frozenset({"default", "kube-node-lease", "kube-public", "kube-system"})
+_CLUSTER_KINDS = (
+    "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+)
+
+
+def reset(cluster: TestCluster) -> None:
+    """Remove everything tests make on a real cluster: every namespace but the system
+    ones, what reconcile or a test put in `default`, the cluster-scoped objects reconcile
+    manages, and every node.
+
+    A namespace goes as the namespace controller takes it, only without its requeue
+    delays: marked for deletion (it refuses new content from then on), every collection
+    in it deleted with no grace period (no kubelet confirms), then finalized. The next
+    test then meets a fresh cluster, never a terminating namespace."""
+    collections = _namespaced_collections(cluster)
+    status, namespaces = cluster.raw("GET", "/api/v1/namespaces")
+    assert status == 200, namespaces
+    now = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    for namespace in namespaces["items"]:
+        name = namespace["metadata"]["name"]
+        if name in SYSTEM_NAMESPACES:
+            continue
+        cluster.raw("DELETE", f"/api/v1/namespaces/{name}")
+        for collection in collections:
+            cluster.raw("DELETE", collection.format(namespace=name), now)
+        code, current = cluster.raw("GET", f"/api/v1/namespaces/{name}")
+        if code == 200:
+            current["spec"]["finalizers"] = []
+            cluster.raw("PUT", f"/api/v1/namespaces/{name}/finalize", current)
+        wait_for(
+            lambda name=name: cluster.raw("GET", f"/api/v1/namespaces/{name}")[0] == 404,
+            what=f"namespace {name} to go",
+        )
+    for collection in collections:
+        path = collection.format(namespace="default")
+        status, found = cluster.raw("GET", path)
+        for item in found.get("items") or () if status == 200 else ():
+            name = item["metadata"]["name"]
+            if name in ("kube-root-ca.crt", "default", "kubernetes"):
+                continue  # the control plane's own: the CA bundle, the service account, the API service
+            if (item["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") or (
+                "/pods" in path or "/configmaps" in path or "/poddisruptionbudgets" in path
+            ):
+                cluster.raw("DELETE", f"{path}/{name}", now)
+    for collection in _CLUSTER_KINDS:
+        status, found = cluster.raw(
+            "GET", f"{collection}?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dreconcile"
+        )
+        for item in found.get("items") or () if status == 200 else ():
+            cluster.raw("DELETE", f"{collection}/{item['metadata']['name']}")
+    cluster.raw("DELETE", "/api/v1/nodes", now)
+    wait_for(
+        lambda: not cluster.raw("GET", "/api/v1/nodes")[1].get("items"),
+        what="nodes to go",
+    )
+
+
+def _namespaced_collections(cluster: TestCluster) -> list[str]:
+    """Every namespaced collection that can be deleted, as a path with {namespace}."""
+    found = []
+    _, groups = cluster.raw("GET", "/apis")
+    versions = ["v1", *(g["preferredVersion"]["groupVersion"] for g in groups["groups"])]
+    for version in versions:
+        base = "/api/v1" if version == "v1" else f"/apis/{version}"
+        status, document = cluster.raw("GET", base)
+        for resource in document.get("resources") or () if status == 200 else ():
+            if "/" in resource["name"] or not resource["namespaced"]:
+                continue
+            if "deletecollection" in resource["verbs"]:
+                found.append(base + "/namespaces/{namespace}/" + resource["name"])
+    return found
 
 
 def start_cluster(objects: list[dict[str, Any]], directory: Path) -> TestCluster:
@@ -242,6 +416,7 @@ def start_cluster(objects: list[dict[str, Any]], directory: Path) -> TestCluster
     if REAL_KUBECONFIG:
         shutil.copy(REAL_KUBECONFIG, kubeconfig)
         cluster = TestCluster(kubeconfig)
+        reset(cluster)  # whatever an earlier test or run left behind
         cluster.seed(objects)
         return cluster
     sandbox = Sandbox(objects).start()

@@ -213,18 +213,21 @@ class TestCluster:
         if not self.is_sandbox:
             metadata.pop("uid", None)
             metadata.pop("resourceVersion", None)
+            # Owners by their real UIDs; an owner not created yet adopts its dependent
+            # itself, as a real controller does with matching orphans.
+            owners = []
             for owner in metadata.get("ownerReferences") or ():
-                owner["uid"] = self._uids.get(
-                    (owner["kind"], namespace, owner["name"]), owner["uid"]
-                )
+                uid = self._uids.get((owner["kind"], namespace, owner["name"]))
+                if uid is not None:
+                    owners.append({**owner, "uid": uid})
+            if owners:
+                metadata["ownerReferences"] = owners
+            else:
+                metadata.pop("ownerReferences", None)
             if obj["kind"] == "Deployment":
                 body.setdefault("spec", {})["paused"] = True
-            if obj["kind"] == "Pod" and any(
-                o["kind"] == "ReplicaSet" for o in metadata.get("ownerReferences") or ()
-            ):
-                # Created before its ReplicaSet, which adopts it (as a real controller does
-                # with matching orphans) instead of making pods of its own.
-                del metadata["ownerReferences"]
+            if namespace in SYSTEM_NAMESPACES:  # so that `reset` finds it after a crash
+                metadata.setdefault("labels", {})[SEEDED] = "true"
         prefix = f"/apis/{resource.group_version}" if resource.group else "/api/v1"
         collection = (
             f"{prefix}/namespaces/{namespace}/{resource.plural}"
@@ -318,7 +321,12 @@ class TestCluster:
         return self.raw("GET", path)[0] == 200
 
     def cleanup(self) -> None:
-        """Leave the real cluster as a fresh one: see `reset`."""
+        """Leave the real cluster as a fresh one: what the test created in the namespaces
+        every cluster has (a Secret in kube-system), then everything `reset` removes."""
+        now = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+        for collection, name, _kind, namespace in reversed(self._created):
+            if namespace in SYSTEM_NAMESPACES:
+                self.raw("DELETE", f"{collection}/{name}", now)
         reset(self)
         self._created.clear()
         self.api_client.close()
@@ -335,6 +343,8 @@ def wait_for(condition: Any, *, what: str, timeout: float = 60.0) -> None:
         delay = min(delay * 2, 0.5)
 
 
+# The label of what the harness creates in the namespaces every cluster has.
+SEEDED = "reconcile.test/seeded"
 # What a fresh cluster has: everything else a test made goes in `reset`.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-node-lease", "kube-public", "kube-system"})
 _CLUSTER_KINDS = (
@@ -371,6 +381,13 @@ def reset(cluster: TestCluster) -> None:
             lambda name=name: cluster.raw("GET", f"/api/v1/namespaces/{name}")[0] == 404,
             what=f"namespace {name} to go",
         )
+    for namespace in ("default", "kube-system"):
+        for collection in collections:
+            cluster.raw(
+                "DELETE",
+                f"{collection.format(namespace=namespace)}?labelSelector={SEEDED}",
+                now,
+            )
     for collection in collections:
         path = collection.format(namespace="default")
         status, found = cluster.raw("GET", path)

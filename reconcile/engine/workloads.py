@@ -55,7 +55,12 @@ NAMESPACES: Final = ApiResource("", "v1", "namespaces", "Namespace", False)
 
 # What the control plane puts in every namespace by itself: not content a person made.
 NAMESPACE_DEFAULTS: Final = frozenset(
-    {("", "ServiceAccount", "default"), ("", "ConfigMap", "kube-root-ca.crt")}
+    {
+        ("", "ServiceAccount", "default"),
+        ("", "ConfigMap", "kube-root-ca.crt"),
+        # OpenShift (and MicroShift) publish their service CA the same way.
+        ("", "ConfigMap", "openshift-service-ca.crt"),
+    }
 )
 # Kinds that record or mirror other objects rather than being made by anyone.
 NAMESPACE_BOOKKEEPING: Final = frozenset(

@@ -9,13 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.support import TestCluster, run_cli
 
 
 def insecure_kubeconfig(cluster: TestCluster, directory: Path) -> Path:
     """The cluster's kubeconfig without its CA, with insecure-skip-tls-verify."""
-    document = json.loads(cluster.kubeconfig.read_text())
+    document = yaml.safe_load(cluster.kubeconfig.read_text())
     for entry in document["clusters"]:
         entry["cluster"].pop("certificate-authority-data", None)
         entry["cluster"]["insecure-skip-tls-verify"] = True
@@ -28,7 +29,7 @@ def test_tls_verification_off_is_one_warning_per_run(
     lab: TestCluster, workdir: Path, tmp_path: Path
 ) -> None:
     kubeconfig = insecure_kubeconfig(lab, tmp_path)
-    server = json.loads(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     # A process: in-process, the test runner records warnings instead of printing them.
     result = run_cli("plan", cwd=workdir, kubeconfig=kubeconfig, process=True)
     assert result.code == 1

@@ -19,7 +19,7 @@ from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.server import FaultInjector, Route
 from tests.conftest import ClusterFactory
 from tests.e2e.test_workloads import WORKLOADS
-from tests.support import TestCluster, lab_objects, run_cli
+from tests.support import TestCluster, lab_objects, run_cli, wait_for
 
 # What a snapshot reads: every kind the lab holds, in every namespace.
 _COLLECTIONS = (
@@ -34,7 +34,10 @@ _COLLECTIONS = (
 
 
 def snapshot(cluster: TestCluster) -> dict[str, str]:
-    """(collection, namespace, name) -> resourceVersion of everything in the cluster."""
+    """(collection, namespace, name) -> what a writer like reconcile could change (labels,
+    annotations, spec, data) of everything in the cluster. Not the status or the
+    resourceVersion: on a real cluster the scheduler and the controllers move those on
+    their own."""
     found = {}
     for path in _COLLECTIONS:
         status, body = cluster.raw("GET", path)
@@ -42,7 +45,13 @@ def snapshot(cluster: TestCluster) -> dict[str, str]:
         for item in body["items"]:
             metadata = item["metadata"]
             key = f"{path} {metadata.get('namespace', '')}/{metadata['name']}"
-            found[key] = metadata["resourceVersion"]
+            annotations = {
+                k: v
+                for k, v in (metadata.get("annotations") or {}).items()
+                if not k.startswith("deployment.kubernetes.io/")
+            }
+            seen = [metadata.get("labels"), annotations, item.get("spec"), item.get("data")]
+            found[key] = json.dumps(seen, sort_keys=True)
     return found
 
 
@@ -90,7 +99,10 @@ def test_an_empty_workloads_directory_never_prunes_everything(
     )
     assert allowed.code == 0, allowed.stderr
     assert "Namespace//nfd-lab - " in allowed.lines
-    assert lab.raw("GET", "/api/v1/namespaces/nfd-lab/pods/a100-job")[0] == 404
+    wait_for(  # a real cluster deletes a namespace's content asynchronously
+        lambda: lab.raw("GET", "/api/v1/namespaces/nfd-lab/pods/a100-job")[0] == 404,
+        what="a100-job to go",
+    )
 
 
 def test_pruning_every_label_reconcile_manages_is_refused(lab: TestCluster, workdir: Path) -> None:

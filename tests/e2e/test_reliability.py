@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from reconcile.sandbox import FaultInjector, RequestRecord, Sandbox
 from reconcile.sandbox.faults import RandomFaults
@@ -280,7 +281,7 @@ def test_credentials_never_appear_in_errors_or_saved_plans(
     assert_no_credentials(saved.read_text(), lab.kubeconfig)
 
     wrong = tmp_path / "wrong-token"
-    document = json.loads(lab.kubeconfig.read_text())
+    document = yaml.safe_load(lab.kubeconfig.read_text())
     document["users"][0]["user"]["token"] = "s3cr3t-" + "x" * 30
     wrong.write_text(json.dumps(document))
     refused = run_cli("plan", cwd=workdir, kubeconfig=wrong)

@@ -14,7 +14,7 @@ import pytest
 
 from reconcile.sandbox import RequestRecord
 from tests.conftest import ClusterFactory
-from tests.support import REPO, TestCluster, lab_objects, run_cli
+from tests.support import REPO, TestCluster, lab_objects, run_cli, wait_for
 
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 THE_STEPS = [
@@ -339,12 +339,32 @@ def test_preflight_refusals(cluster: TestCluster, work: Path) -> None:
 def test_daemonset_pods_need_ignore_daemonsets(cluster: TestCluster, work: Path) -> None:
     _add_row(work)
     _min_available(cluster, 3)
+    # A DaemonSet that runs on lab-node-1 alone, and its pod there: the pod first, so that
+    # a real DaemonSet controller adopts it rather than making one of its own.
+    labels = {"app": "nvidia-driver"}
+    daemonset = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-driver", "namespace": "gpu-drv"},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "updateStrategy": {"type": "OnDelete"},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": "lab-node-1"},
+                    "containers": [{"name": "c", "image": "driver"}],
+                },
+            },
+        },
+    }
     daemon = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": "gpu-driver-x",
             "namespace": "gpu-drv",
+            "labels": labels,
             "ownerReferences": [
                 {
                     "apiVersion": "apps/v1",
@@ -355,10 +375,30 @@ def test_daemonset_pods_need_ignore_daemonsets(cluster: TestCluster, work: Path)
                 }
             ],
         },
-        "spec": {"nodeName": "lab-node-1", "containers": [{"name": "c", "image": "driver"}]},
+        "spec": {
+            "nodeName": "lab-node-1",
+            "containers": [{"name": "c", "image": "driver"}],
+            # What the DaemonSet controller gives its pods: they stay on a cordoned node.
+            "tolerations": [
+                {
+                    "key": "node.kubernetes.io/unschedulable",
+                    "operator": "Exists",
+                    "effect": "NoSchedule",
+                }
+            ],
+        },
         "status": {"phase": "Running"},
     }
     cluster.create(daemon)
+    cluster.create(daemonset)
+    wait_for(
+        lambda: (
+            cluster.raw("GET", "/api/v1/namespaces/gpu-drv/pods/gpu-driver-x")[1]
+            .get("metadata", {})
+            .get("ownerReferences")
+        ),
+        what="the DaemonSet to own its pod",
+    )
 
     code, _, err = _upgrade(cluster, work)
     assert code == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ClusterFactory
-from tests.support import TestCluster, lab_objects, run_cli
+from tests.support import TestCluster, lab_objects, run_cli, wait_for
 
 WORKLOADS = [
     "Namespace//gpu-drv + ",
@@ -237,7 +237,10 @@ def test_prune_deletes_only_managed_objects_no_longer_declared(
     apply = run_cli("apply", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert apply.code == 0, apply.stderr
     assert apply.lines[-1] == "Pod/nfd-lab/a100-job - "
-    assert lab.raw("GET", "/api/v1/namespaces/nfd-lab/pods/a100-job")[0] == 404
+    wait_for(  # graceful deletion: a real kubelet confirms it asynchronously
+        lambda: lab.raw("GET", "/api/v1/namespaces/nfd-lab/pods/a100-job")[0] == 404,
+        what="a100-job to go",
+    )
     assert lab.raw("GET", "/api/v1/namespaces/nfd-lab/pods/gt-job")[0] == 200
     assert run_cli("plan", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig).code == 0
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -432,6 +433,7 @@ def _apply_object(
         return ObjectResult(obj.id, note=f"deleted by another writer first: {DONE_BY_OTHERS}")
     if obj.action == "recreate":
         cluster.delete_object(obj.resource, obj.namespace, obj.name)
+        _wait_gone(obj, cluster)
     if obj.action in ("create", "recreate"):
         if cluster.apply_created(
             obj.resource, _body(obj, precondition=False, configs=configs), force=force
@@ -459,6 +461,27 @@ def _apply_object(
         obj.id,
         error=f"kept conflicting with other writers ({MAX_CONFLICT_RETRIES} times); try again",
     )
+
+
+# How long a recreate waits for the old object to go: a pod's graceful deletion waits for
+# its kubelet (terminationGracePeriodSeconds, 30 s by default).
+RECREATE_WAIT: Final = 120.0
+
+
+def _wait_gone(obj: ObjectPlan, cluster: ObjectCluster, *, timeout: float = RECREATE_WAIT) -> None:
+    """Until the deleted object is gone: deletion is graceful (a pod stays Terminating
+    until its kubelet confirms), and creating it anew before then would update the old
+    one instead, which a pod refuses."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while cluster.get_object(obj.resource, obj.namespace, obj.name) is not None:
+        if time.monotonic() > deadline:
+            raise ReconcileError(
+                f"{obj.id} was deleted but is still there after {timeout:g}s "
+                "(graceful deletion not finished): run apply again once it is gone"
+            )
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 def _moved_on(error: Conflict) -> bool:

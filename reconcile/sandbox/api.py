@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import secrets
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any, Final
@@ -86,6 +87,8 @@ class SandboxApi:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.clock: Callable[[], str] = fields.now
+        # How long a stand-in kubelet takes to confirm a bound pod's graceful deletion.
+        self.kubelet_delay = 0.2
 
     # --- reads -------------------------------------------------------------------------
 
@@ -331,11 +334,21 @@ class SandboxApi:
             )
         return 200, stored
 
-    def delete(self, resource: Resource, namespace: str, name: str, *, dry_run: bool) -> Obj:
+    def delete(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        *,
+        dry_run: bool,
+        grace: int | None = None,
+    ) -> Obj:
         with self.store.lock:
             old = self._existing(resource, namespace, name)
             if dry_run:
                 return old
+            if resource is PODS and self._terminating(old, grace):
+                return self._begin_termination(namespace, name, old, grace)
             self.store.delete(resource.key, (namespace, name))
             if resource is NAMESPACES:
                 # No namespace controller here: what the namespace held goes with it at once.
@@ -365,10 +378,54 @@ class SandboxApi:
                     dry_run=False,
                     subresource="status",
                 )
+            if self._terminating(pod, None):
+                self._begin_termination(namespace, name, pod, None)
+                return disruption.SUCCESS
             self.store.delete(PODS.key, (namespace, name))
             self.store.next_resource_version()
             self._after_write(PODS, namespace)
         return disruption.SUCCESS
+
+    # --- graceful deletion ----------------------------------------------------------------
+
+    def _terminating(self, pod: Obj, grace: int | None) -> bool:
+        """A pod bound to a node is deleted gracefully, as by kube-apiserver: it stays,
+        Terminating, until its kubelet confirms (here: `kubelet_delay` seconds later),
+        unless deleted with a zero grace period. An unbound pod goes at once."""
+        return bool((pod.get("spec") or {}).get("nodeName")) and grace != 0
+
+    def _begin_termination(self, namespace: str, name: str, pod: Obj, grace: int | None) -> Obj:
+        metadata = pod["metadata"]
+        if metadata.get("deletionTimestamp"):
+            return pod  # already terminating
+        new = copy.deepcopy(pod)
+        period = (
+            grace
+            if grace is not None
+            else (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+        )
+        new["metadata"]["deletionTimestamp"] = self.clock()
+        new["metadata"]["deletionGracePeriodSeconds"] = period
+        new["metadata"]["resourceVersion"] = self.store.next_resource_version()
+        self.store.put(PODS.key, (namespace, name), new)
+        self._after_write(PODS, namespace)
+        uid = metadata.get("uid")
+        timer = threading.Timer(
+            self.kubelet_delay, self._confirm_termination, (namespace, name, uid)
+        )
+        timer.daemon = True
+        timer.start()
+        return new
+
+    def _confirm_termination(self, namespace: str, name: str, uid: object) -> None:
+        """The kubelet's part: the containers stopped, the pod goes."""
+        with self.store.lock:
+            current = self.store.get(PODS.key, (namespace, name))
+            if current is None or current["metadata"].get("uid") != uid:
+                return
+            self.store.delete(PODS.key, (namespace, name))
+            self.store.next_resource_version()
+            self._after_write(PODS, namespace)
 
     # --- the write path ------------------------------------------------------------------
 

@@ -334,7 +334,9 @@ class Handler(BaseHTTPRequestHandler):
                 raise method_not_allowed(
                     f"DELETE is not supported on {resource.plural}/{route.subresource}"
                 )
-            return 200, api.delete(resource, namespace, name, dry_run=dry_run)
+            return 200, api.delete(
+                resource, namespace, name, dry_run=dry_run, grace=_grace(query, body)
+            )
         raise method_not_allowed(f"{method} is not supported")
 
     def _page(self, route: Route, query: dict[str, str]) -> Page:
@@ -482,3 +484,22 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return predicate()
+
+
+def _grace(query: dict[str, str], body: bytes) -> int | None:
+    """DeleteOptions.gracePeriodSeconds, from the query or the body (None: the default)."""
+    if "gracePeriodSeconds" in query:
+        try:
+            return int(query["gracePeriodSeconds"])
+        except ValueError:
+            raise bad_request(
+                f"invalid gracePeriodSeconds: {query['gracePeriodSeconds']!r}"
+            ) from None
+    if body:
+        try:
+            options = json.loads(body)
+        except ValueError:
+            return None
+        if isinstance(options, dict) and isinstance(options.get("gracePeriodSeconds"), int):
+            return int(options["gracePeriodSeconds"])
+    return None

@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.conftest import ClusterFactory
-from tests.support import TestCluster, lab_objects
+from tests.support import TestCluster, lab_objects, wait_for
 
 LAB_VALUE_MESSAGE = (
     'Node "lab-node-1" is invalid: metadata.labels: Invalid value: "NVIDIA A100-SXM4-40GB": a valid label '
@@ -680,7 +680,15 @@ def test_eviction_allowed_once_the_budget_has_room(driver_lab: TestCluster) -> N
         "POST", f"/api/v1/namespaces/gpu-drv/pods/{pod.metadata.name}/eviction", eviction
     )
     assert (code, body["status"]) == (201, "Success")
-    assert fails(lambda: core.read_namespaced_pod(pod.metadata.name, "gpu-drv"))["code"] == 404
+    # As kube-apiserver: a bound pod is Terminating until its kubelet confirms, then gone.
+    terminating = core.read_namespaced_pod(pod.metadata.name, "gpu-drv")
+    assert terminating.metadata.deletion_timestamp is not None
+    wait_for(
+        lambda: (
+            driver_lab.raw("GET", f"/api/v1/namespaces/gpu-drv/pods/{pod.metadata.name}")[0] == 404
+        ),
+        what="the evicted pod to go",
+    )
     after = policy.read_namespaced_pod_disruption_budget("trainer-pdb", "gpu-drv")
     assert (after.status.current_healthy, after.status.disruptions_allowed) == (3, 0)
 
@@ -795,3 +803,22 @@ def test_secret_string_data_is_merged_into_data_and_never_stored(lab: TestCluste
     assert applied["data"]["password"] == "bmV3ZXI=" and "stringData" not in applied
     [mine] = [m for m in applied["metadata"]["managedFields"] if m["manager"] == "me"]
     assert mine["fieldsV1"] == {"f:stringData": {"f:password": {}}}
+
+
+def test_a_bound_pod_is_deleted_gracefully_unless_the_grace_period_is_zero(
+    lab: TestCluster,
+) -> None:
+    if lab.sandbox is None:
+        pytest.skip("the sandbox's stand-in kubelet")
+    lab.sandbox.api.kubelet_delay = 30.0  # nothing confirms within the test
+    path = "/api/v1/namespaces/nfd-lab/pods/a100-job"
+    code, deleted = lab.raw("DELETE", path)
+    assert code == 200
+    assert deleted["metadata"]["deletionTimestamp"]
+    assert deleted["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert lab.raw("GET", path)[0] == 200  # Terminating, still there
+    code, _ = lab.raw(
+        "DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    )
+    assert code == 200
+    assert lab.raw("GET", path)[0] == 404

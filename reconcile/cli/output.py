@@ -44,6 +44,8 @@ def node_line(node: str, change: NodeChange, *, show_owner: bool = False) -> str
     line = f"{node} {change.shown_key} {change.shown_value}"
     if show_owner:
         line += f" {change.owner or 'unknown'}"
+        if change.source:
+            line += f" {change.source}"
     return line
 
 

@@ -38,6 +38,8 @@ from reconcile.desired.models import (
     DRIVER_SUPPORT_MATRIX,
     KINDS,
     NODE_FEATURES,
+    NODE_GROUP,
+    DesiredGroup,
     DesiredNode,
     DesiredState,
     DriverImage,
@@ -45,11 +47,15 @@ from reconcile.desired.models import (
     Manifest,
     MatrixRow,
     NodeFeatures,
+    NodeGroup,
+    Taint,
+    taint_facts,
 )
 from reconcile.diagnostics import Diagnostic, Source
 from reconcile.kube import labels
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.kinds import BUILTIN_NAMESPACED, ObjectId
+from reconcile.kube.selector import SelectorError, from_label_selector
 
 YAML_SUFFIXES: Final = (".yaml", ".yml")
 CSV_HEADER: Final = ("driver_branch", "kernel", "os_tag")
@@ -328,6 +334,7 @@ class _Loader:
         self.matrix: dict[str, MatrixRow] = {}
         self.manifests: list[Manifest] = []
         self._objects: dict[ObjectId, Source] = {}
+        self._groups: dict[str, DesiredGroup] = {}
         self._digest = hashlib.sha256()  # of every file read, path and content
 
     def name(self, path: Path) -> str:
@@ -354,6 +361,8 @@ class _Loader:
                 self._yaml_file(path, NODE_FEATURES)
             elif area == "nodes" and len(relative.parts) == 2 and suffix == ".env":
                 self._env_file(path)
+            elif area == "groups" and len(relative.parts) == 2 and suffix in YAML_SUFFIXES:
+                self._yaml_file(path, NODE_GROUP)
             elif area == "drivers" and len(relative.parts) == 2 and suffix in YAML_SUFFIXES:
                 self._yaml_file(path, DRIVER_SUPPORT_MATRIX)
             elif area == "drivers" and len(relative.parts) == 2 and suffix == ".csv":
@@ -365,12 +374,14 @@ class _Loader:
                     diag.warning(
                         "file ignored",
                         Source(self.name(path)),
-                        "desired state lives in nodes/*.yaml|*.env, drivers/*.yaml|*.csv "
-                        "and workloads/**.yaml",
+                        "desired state lives in nodes/*.yaml|*.env, groups/*.yaml, "
+                        "drivers/*.yaml|*.csv and workloads/**.yaml",
                     )
                 )
+        self._selectors_on_declared_keys()
         return DesiredState(
             nodes=dict(sorted(self.nodes.items())),
+            groups=tuple(self._groups[name] for name in sorted(self._groups)),
             matrix=tuple(sorted(self.matrix.values(), key=lambda r: r.tag)),
             manifests=tuple(self.manifests),
             digest="sha256:" + self._digest.hexdigest(),
@@ -444,7 +455,7 @@ class _Loader:
             kind = doc.data.get("kind")
             if kind != expected_kind:
                 where = doc.at(("kind",)) if "kind" in doc.data else doc.at(())
-                area = "nodes" if expected_kind == NODE_FEATURES else "drivers"
+                area = {NODE_FEATURES: "nodes", NODE_GROUP: "groups"}.get(expected_kind, "drivers")
                 if kind is None:
                     summary = "missing required field 'kind'"
                 elif kind in KINDS:
@@ -461,6 +472,8 @@ class _Loader:
                 continue
             if expected_kind == NODE_FEATURES:
                 self._node_features(doc)
+            elif expected_kind == NODE_GROUP:
+                self._node_group(doc)
             else:
                 self._matrix_document(doc)
 
@@ -473,9 +486,75 @@ class _Loader:
         label_sources = {key: doc.at(("labels", key), key=True) for key in model.labels}
         self._add_node(
             DesiredNode(
-                model.metadata.name, dict(model.labels), doc.at(("metadata", "name")), label_sources
+                model.metadata.name,
+                dict(model.labels),
+                doc.at(("metadata", "name")),
+                label_sources,
+                annotations=dict(model.annotations),
+                taints=taint_facts(model.taints),
+                fact_sources=_fact_sources(doc, model.annotations, model.taints),
             )
         )
+
+    def _node_group(self, doc: YamlDocument) -> None:
+        try:
+            model = NodeGroup.model_validate(doc.data)
+        except ValidationError as e:
+            self.problems.extend(_model_problems(e, doc, NodeGroup))
+            return
+        where = doc.at(("metadata", "name"))
+        first = self._groups.get(model.metadata.name)
+        if first is not None:
+            self.problems.append(
+                diag.error(
+                    f"node group {model.metadata.name} is declared twice",
+                    where,
+                    f"first declared at {first.node.source}; give each group its own name",
+                )
+            )
+            return
+        selector = model.selector
+        try:
+            from_label_selector(selector.model_dump())
+        except SelectorError as e:
+            self.problems.append(diag.error(f"invalid selector: {e}", doc.at(("selector",))))
+            return
+        keys = {k: doc.at(("selector", "matchLabels", k), key=True) for k in selector.matchLabels}
+        for index, requirement in enumerate(selector.matchExpressions):
+            keys.setdefault(requirement.key, doc.at(("selector", "matchExpressions", index, "key")))
+        self._groups[model.metadata.name] = DesiredGroup(
+            model.metadata.name,
+            selector,
+            DesiredNode(
+                model.metadata.name,
+                dict(model.labels),
+                where,
+                {key: doc.at(("labels", key), key=True) for key in model.labels},
+                annotations=dict(model.annotations),
+                taints=taint_facts(model.taints),
+                fact_sources=_fact_sources(doc, model.annotations, model.taints),
+            ),
+            keys,
+        )
+
+    def _selectors_on_declared_keys(self) -> None:
+        """A group's membership may not hang on a label desired/ itself sets: it would
+        depend on the order of applies."""
+        declared: dict[str, Source] = {}
+        for node in (*self.nodes.values(), *(g.node for g in self._groups.values())):
+            for key in node.labels:
+                declared.setdefault(key, node.source_of(key))
+        for group in self._groups.values():
+            for key, where in group.selector_keys.items():
+                if key in declared:
+                    self.problems.append(
+                        diag.error(
+                            f"node group {group.name} selects on {key}, which desired/ sets",
+                            where,
+                            f"set at {declared[key]}: membership would depend on the order of "
+                            "applies; select on a label nothing in desired/ declares",
+                        )
+                    )
 
     def _add_node(self, node: DesiredNode) -> None:
         first = self.nodes.get(node.name)
@@ -713,6 +792,15 @@ class _Loader:
 
 
 _FIELD_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]|\[([^\]]*)\]")
+
+
+def _fact_sources(
+    doc: YamlDocument, annotations: dict[str, str | None], taints: list[Taint]
+) -> dict[str, Source]:
+    """Where each annotation and taint of a document is written, by its shown key."""
+    found = {f"annotation:{k}": doc.at(("annotations", k), key=True) for k in annotations}
+    found.update({f"taint:{t.identity}": doc.at(("taints", i)) for i, t in enumerate(taints)})
+    return found
 
 
 def field_path(field: str) -> PathT:

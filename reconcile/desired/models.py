@@ -23,7 +23,11 @@ API_GROUP: Final = "reconcile.dev"
 API_VERSION: Final = f"{API_GROUP}/v1alpha1"
 
 NODE_FEATURES: Final = "NodeFeatures"
+NODE_GROUP: Final = "NodeGroup"
 DRIVER_SUPPORT_MATRIX: Final = "DriverSupportMatrix"
+# All annotations of one object together, as the API server counts them (keys and values).
+ANNOTATIONS_MAX_BYTES: Final = 256 * 1024
+TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 # Image tags (distribution spec): a word character first, then up to 127 of [\w.-].
 _BRANCH = re.compile(r"[0-9]+")
@@ -104,8 +108,86 @@ class ObjectMeta(_Strict):
     name: ObjectName = Field(description="The node's name, exactly as in `kubectl get nodes`.")
 
 
+def _check_annotation_key(key: str) -> str:
+    problems = labels.is_qualified_name(key)
+    if problems:
+        raise PydanticCustomError(
+            "annotation_key",
+            "invalid annotation key {key}: {problems}",
+            {"key": labels.go_quote(key), "problems": "; ".join(problems)},
+        )
+    return key
+
+
+AnnotationKey = Annotated[str, AfterValidator(_check_annotation_key), WithJsonSchema(_KEY_SCHEMA)]
+
+
+def _check_annotations(annotations: dict[str, str | None]) -> dict[str, str | None]:
+    size = sum(len(k.encode()) + len((v or "").encode()) for k, v in annotations.items())
+    if size > ANNOTATIONS_MAX_BYTES:
+        raise PydanticCustomError(
+            "annotations_size",
+            "Too long: may not be more than {limit} bytes",
+            {"limit": ANNOTATIONS_MAX_BYTES},
+        )
+    return annotations
+
+
+Annotations = Annotated[dict[AnnotationKey, str | None], AfterValidator(_check_annotations)]
+
+
+class Taint(_Strict):
+    """A taint the node must carry (or, with `absent`, must not), identified as the API
+    server identifies taints: by key and effect."""
+
+    key: LabelKey = Field(description="The taint's key (the label-key rules).")
+    value: LabelValue | None = Field(
+        default=None, description="Its value (the label-value rules); empty when omitted."
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    absent: bool = Field(
+        default=False, description="The node must not carry a taint with this key and effect."
+    )
+
+    @property
+    def identity(self) -> str:
+        return f"{self.key}:{self.effect}"
+
+
+def _check_taints(taints: list[Taint]) -> list[Taint]:
+    seen: set[str] = set()
+    for index, taint in enumerate(taints):
+        if taint.identity in seen:
+            raise PydanticCustomError(
+                "taint_duplicate",
+                "taints[{index}]: Duplicate value: {identity}: taints must be unique by key and effect pair",
+                {"index": index, "identity": labels.go_quote(taint.identity)},
+            )
+        if taint.absent and taint.value is not None:
+            raise PydanticCustomError(
+                "taint_absent_value",
+                "taints[{index}]: a taint that must be absent has no value",
+                {"index": index},
+            )
+        seen.add(taint.identity)
+    return taints
+
+
+Taints = Annotated[list[Taint], AfterValidator(_check_taints)]
+
+_LABELS_DESCRIPTION = (
+    'Label key to value. A string is the value the label must have ("" is a value); null '
+    "means the label must be absent."
+)
+_ANNOTATIONS_DESCRIPTION = (
+    "Annotation key to value (any text); null means the annotation must be absent. All "
+    "annotations of a node together may not exceed 256 KiB."
+)
+
+
 class NodeFeatures(_Strict):
-    """The labels one node must carry. Keys not listed are left alone."""
+    """The labels, annotations and taints one node must carry. Keys not listed are left
+    alone; a value here overrides a NodeGroup's for this node."""
 
     model_config = ConfigDict(title="NodeFeatures")
 
@@ -113,13 +195,49 @@ class NodeFeatures(_Strict):
     kind: Literal["NodeFeatures"]
     metadata: ObjectMeta
     labels: dict[LabelKey, LabelValue | None] = Field(
-        description=(
-            'Label key to value. A string is the value the label must have ("" is a '
-            "value); null means the label must be absent."
-        ),
+        default_factory=dict,
+        description=_LABELS_DESCRIPTION,
         # Keys that do not match the key pattern are invalid, not "anything goes".
         json_schema_extra={"additionalProperties": False},
     )
+    annotations: Annotations = Field(default_factory=dict, description=_ANNOTATIONS_DESCRIPTION)
+    taints: Taints = Field(default_factory=list, description="Taints by key and effect.")
+
+
+class SelectorRequirement(_Strict):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[LabelValue] = Field(default_factory=list)
+
+
+class LabelSelector(_Strict):
+    """A Kubernetes LabelSelector: every requirement must hold (an empty one selects all)."""
+
+    matchLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    matchExpressions: list[SelectorRequirement] = Field(default_factory=list)
+
+
+class GroupMeta(_Strict):
+    name: ObjectName = Field(description="The group's name.")
+
+
+class NodeGroup(_Strict):
+    """The labels, annotations and taints every node its selector matches must carry,
+    decided on the nodes' live labels: a node that joins the pool later is covered too."""
+
+    model_config = ConfigDict(title="NodeGroup")
+
+    apiVersion: Literal["reconcile.dev/v1alpha1"]
+    kind: Literal["NodeGroup"]
+    metadata: GroupMeta
+    selector: LabelSelector
+    labels: dict[LabelKey, LabelValue | None] = Field(
+        default_factory=dict,
+        description=_LABELS_DESCRIPTION,
+        json_schema_extra={"additionalProperties": False},
+    )
+    annotations: Annotations = Field(default_factory=dict, description=_ANNOTATIONS_DESCRIPTION)
+    taints: Taints = Field(default_factory=list, description="Taints by key and effect.")
 
 
 class DriverImage(_Strict):
@@ -160,6 +278,7 @@ class DriverSupportMatrix(_Strict):
 
 KINDS: Final[dict[str, type[_Strict]]] = {
     NODE_FEATURES: NodeFeatures,
+    NODE_GROUP: NodeGroup,
     DRIVER_SUPPORT_MATRIX: DriverSupportMatrix,
 }
 
@@ -191,9 +310,28 @@ class DesiredNode:
     label_sources: dict[str, Source] = field(default_factory=dict, compare=False)
     annotations: dict[str, str | None] = field(default_factory=dict)
     taints: dict[str, str | None] = field(default_factory=dict)
+    # Where each annotation and taint is declared, by its shown key
+    # (`annotation:<key>`, `taint:<key>:<effect>`).
+    fact_sources: dict[str, Source] = field(default_factory=dict, compare=False)
 
     def source_of(self, key: str) -> Source:
-        return self.label_sources.get(key, self.source)
+        """Where a label, or (by its shown key) an annotation or taint, is declared."""
+        return self.label_sources.get(key) or self.fact_sources.get(key, self.source)
+
+
+def taint_facts(taints: list[Taint]) -> dict[str, str | None]:
+    """key:effect -> value ("" when none; None: must be absent), as facts of a node."""
+    return {t.identity: None if t.absent else (t.value or "") for t in taints}
+
+
+@dataclass(frozen=True)
+class DesiredGroup:
+    """One NodeGroup after loading: its selector and the facts its nodes must carry."""
+
+    name: str
+    selector: LabelSelector
+    node: DesiredNode  # the facts, as a node's (its name is the group's)
+    selector_keys: dict[str, Source] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -249,6 +387,7 @@ class DesiredState:
     """Everything under desired/, validated."""
 
     nodes: dict[str, DesiredNode] = field(default_factory=dict)
+    groups: tuple[DesiredGroup, ...] = ()
     matrix: tuple[MatrixRow, ...] = ()
     manifests: tuple[Manifest, ...] = ()
     # sha256 of every file the state was read from (path and bytes): binds a saved plan.

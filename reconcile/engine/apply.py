@@ -32,6 +32,7 @@ from reconcile.diagnostics import Conflict, NotFound, PlanRefused, ReconcileErro
 from reconcile.engine.checks import NO_POLICY, NodePolicy
 from reconcile.engine.diff import LabelChange
 from reconcile.engine.facts import RULES, Fact, shown_key, taints_after
+from reconcile.engine.groups import node_facts
 from reconcile.engine.plan import (
     ClusterIdentity,
     MissingNode,
@@ -177,11 +178,10 @@ def apply_plan(
         elif desired is None:
             result = _apply_saved(node_plan, cluster)
         else:
-            want = desired.nodes[node_plan.name]
             result = _apply_fresh(
                 node_plan,
                 cluster,
-                lambda live: plan_node(want, live, prune=plan.prune, policy=policy),
+                lambda live: _replan(desired, live, prune=plan.prune, policy=policy),
                 allow_refused=allow_refused,
             )
         if progress is not None:
@@ -195,6 +195,14 @@ def apply_plan(
     results = tuple(r for r in outcomes if r is not None)
     skipped = tuple(n.name for n, r in zip(plan.nodes, outcomes, strict=True) if r is None)
     return ApplyResult(nodes=results, missingNodes=plan.missingNodes, skipped=skipped)
+
+
+def _replan(
+    desired: DesiredState, live: LiveNode, *, prune: bool, policy: NodePolicy
+) -> NodePlan | None:
+    """The node planned again as it is now: its groups decided on its labels now."""
+    want = node_facts(desired, live)
+    return None if want is None else plan_node(want, live, prune=prune, policy=policy)
 
 
 def _confirmed(node_plan: NodePlan, returned: LiveNode, conflicts: int) -> NodeResult:
@@ -535,7 +543,7 @@ def _unjustified_nodes(
     for node_plan in plan.nodes:
         node = by_name.get(node_plan.name)
         inventory = parse_inventory(node.annotations) if node is not None else frozenset()
-        declared = desired.nodes.get(node_plan.name) if desired is not None else None
+        declared = node_facts(desired, node) if desired is not None and node is not None else None
         if desired is not None and declared is None:
             yield f"{node_plan.name}: desired/ does not declare this node"
             continue

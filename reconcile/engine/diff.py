@@ -38,6 +38,8 @@ class NodeChange(BaseModel):
     after: str | None
     owner: str | None = None
     fact: Fact = Fact.LABEL
+    # The desired/ file and position that declares it (a node's file or a NodeGroup's).
+    source: str | None = None
 
     @property
     def path(self) -> tuple[str, ...]:

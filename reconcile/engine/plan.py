@@ -40,6 +40,7 @@ from reconcile.engine.facts import (
     shown_key,
     taints_after,
 )
+from reconcile.engine.groups import resolve
 from reconcile.kube import labels
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import ApiResource, LiveNode
@@ -287,7 +288,12 @@ def plan_node(
             drift = [
                 c.model_copy(update={"owner": policy.owner(live, c.key, owned)}) for c in drift
             ]
-        changes.extend(drift)
+        changes.extend(
+            c.model_copy(update={"source": str(desired.source_of(c.shown_key))})
+            if c.key in want
+            else c  # a prune: nothing declares it
+            for c in drift
+        )
         managed |= {shown_key(rule.fact, k) for k, v in want.items() if v is not None}
         if not prune:
             managed |= {shown_key(rule.fact, k) for k in undeclared}  # a later --prune may
@@ -347,9 +353,11 @@ def build_plan(
 ) -> Plan:
     """Label drift of every declared node. With `prune`, also the removal of labels that
     reconcile set and desired/ no longer declares; a prune of every such label is refused
-    (EmptyPrune) unless `allow_empty_prune`. Findings come from checks, run on the whole
-    plan by the plan operation."""
+    (EmptyPrune) unless `allow_empty_prune`. Every live node a NodeGroup selects is
+    planned with the group's facts (its own file overriding them). Findings come from
+    checks, run on the whole plan by the plan operation."""
     live = list(live)
+    desired = resolve(desired, live)
     live_by_name = {node.name: node for node in live}
     nodes: list[NodePlan] = []
     missing: list[MissingNode] = []

@@ -300,8 +300,9 @@ def test_show_owner_names_the_writer_of_each_drifted_label(lab: TestCluster, wor
     lab.label("lab-node-0", **{"feature.node.kubernetes.io/kernel-version.major": "6"})
     plan = run_cli("plan", "--show-owner", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert plan.lines == [
-        "lab-node-0 feature.node.kubernetes.io/kernel-version.major 5 nfd-worker",
-        "lab-node-1 nvidia.com/gpu.count 2 gpu-feature-discovery",
+        "lab-node-0 feature.node.kubernetes.io/kernel-version.major 5 nfd-worker "
+        "desired/nodes/lab-node-0.yaml:9:3",
+        "lab-node-1 nvidia.com/gpu.count 2 gpu-feature-discovery desired/nodes/lab-node-1.yaml:18:3",
     ]
 
 

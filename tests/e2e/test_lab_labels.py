@@ -131,6 +131,7 @@ def test_plan_json_round_trips_and_records_resource_versions(
             "after": "2",
             "owner": "gpu-feature-discovery",
             "fact": "label",
+            "source": "desired/nodes/lab-node-1.yaml:18:3",
         }
     ]
 
@@ -184,6 +185,7 @@ def test_apply_json_reports_what_changed(lab: TestCluster, workdir: Path) -> Non
             "after": "2",
             "owner": "gpu-feature-discovery",
             "fact": "label",
+            "source": "desired/nodes/lab-node-1.yaml:18:3",
         }
     ]
     assert document["failed"] == []

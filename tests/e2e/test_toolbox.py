@@ -651,7 +651,7 @@ def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
     assert version == "0.1.0"
     assert (
         schemas
-        == "['driversupportmatrix.schema.json', 'nodefeatures.schema.json', 'plan.schema.json']"
+        == "['driversupportmatrix.schema.json', 'nodefeatures.schema.json', 'nodegroup.schema.json', 'plan.schema.json']"
     )
     assert all(
         name in requirements for name in ("kubernetes", "pydantic", "ruamel.yaml", "deepdiff")

@@ -205,7 +205,7 @@ def test_unknown_field_lists_what_is_allowed(tree: Path) -> None:
     )
 
     assert only_error(tree) == (
-        "desired/nodes/n1.yaml:7:1: unknown field 'lable': allowed here: apiVersion, kind, metadata, labels"
+        "desired/nodes/n1.yaml:7:1: unknown field 'lable': allowed here: apiVersion, kind, metadata, labels, annotations, taints"
     )
 
 
@@ -255,7 +255,7 @@ def test_wrong_api_version(tree: Path) -> None:
     )
 
 
-def test_missing_labels_and_bad_node_name(tree: Path) -> None:
+def test_a_bad_node_name_is_refused_and_facts_are_optional(tree: Path) -> None:
     write(
         tree / "nodes" / "n1.yaml",
         "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata: {name: Node_1}\n",
@@ -263,8 +263,8 @@ def test_missing_labels_and_bad_node_name(tree: Path) -> None:
 
     found = errors(tree)
 
-    assert found[0] == "desired/nodes/n1.yaml:1:1: missing required field 'labels'"
-    assert found[1].startswith(
+    assert len(found) == 1  # labels, annotations and taints may each be left out
+    assert found[0].startswith(
         'desired/nodes/n1.yaml:3:18: metadata.name: invalid name "Node_1": a lowercase RFC 1123'
     )
 
@@ -434,7 +434,8 @@ def test_stray_files_are_warned_about_not_loaded(tree: Path) -> None:
             Severity.WARNING,
             "file ignored",
             problems[0].source,
-            "desired state lives in nodes/*.yaml|*.env, drivers/*.yaml|*.csv and workloads/**.yaml",
+            "desired state lives in nodes/*.yaml|*.env, groups/*.yaml, drivers/*.yaml|*.csv "
+            "and workloads/**.yaml",
         )
     ]
     assert str(problems[0].source) == "desired/labels.yaml"

@@ -33,7 +33,10 @@ def empty(make_cluster: ClusterFactory) -> TestCluster:
 
 
 def _objects(cluster: TestCluster) -> dict[str, str]:
-    """id -> resourceVersion of every workload object of the lab."""
+    """id -> a fingerprint of each workload object of the lab that any write of
+    reconcile's changes: the resourceVersion on the sandbox, where nothing else writes;
+    on a real cluster (where the scheduler and controllers move resourceVersions by
+    themselves) reconcile's own field-manager entry, its time and fields."""
     found = {}
     for path, kind in (
         ("/api/v1/namespaces/nfd-lab/pods", "Pod"),
@@ -47,9 +50,14 @@ def _objects(cluster: TestCluster) -> dict[str, str]:
             continue
         for item in body["items"]:
             metadata = item["metadata"]
-            found[f"{kind}/{metadata.get('namespace', '')}/{metadata['name']}"] = metadata[
-                "resourceVersion"
+            written = [
+                m for m in metadata.get("managedFields") or () if m.get("manager") == "reconcile"
             ]
+            found[f"{kind}/{metadata.get('namespace', '')}/{metadata['name']}"] = (
+                metadata["resourceVersion"]
+                if cluster.is_sandbox
+                else json.dumps(written, sort_keys=True)
+            )
     return found
 
 

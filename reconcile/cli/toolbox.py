@@ -76,9 +76,19 @@ def placement_command(g: Globals, source: str) -> None:
     metavar="P",
     help="Keep label keys starting with P (repeatable); default the NFD and GPU prefixes.",
 )
+@click.option(
+    "--group-by",
+    metavar="KEY",
+    help="One NodeGroup per value of label KEY (the labels its nodes share); per-node files "
+    "only for what differs.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the changes as a diff instead of writing.")
 def import_command(
-    g: Globals, selector: str | None, prefixes: tuple[str, ...], dry_run: bool
+    g: Globals,
+    selector: str | None,
+    prefixes: tuple[str, ...],
+    group_by: str | None,
+    dry_run: bool,
 ) -> None:
     """Bring live nodes under git: write desired/nodes/<node>.yaml from their labels.
 
@@ -103,6 +113,7 @@ def import_command(
             keep=prefixes or DISCOVERED_PREFIXES,
             excluded=() if prefixes else OPERATOR_PREFIXES,
             selector=selector,
+            group_by=group_by,
         )
         changes = plan_import(request, g.connect())
         if not dry_run:

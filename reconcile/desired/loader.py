@@ -905,6 +905,32 @@ def new_node_file(
     return "\n".join(lines) + "\n"
 
 
+def new_group_file(
+    name: str,
+    selector: dict[str, str],
+    values: dict[str, str],
+    schema: str = "../../schemas/nodegroup.schema.json",
+) -> str:
+    """A NodeGroup file, as `reconcile import --group-by` writes it."""
+
+    def shown(value: str) -> str:
+        return json.dumps(value) if _needs_quotes(value) else value
+
+    lines = [
+        f"# yaml-language-server: $schema={schema}",
+        f"apiVersion: {API_VERSION}",
+        f"kind: {NODE_GROUP}",
+        "metadata:",
+        f"  name: {name}",
+        "selector:",
+        "  matchLabels:",
+        *(f"    {key}: {shown(value)}" for key, value in sorted(selector.items())),
+        "labels:" if values else "labels: {}",
+        *(f"  {key}: {shown(values[key])}" for key in sorted(values)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _render_env(path: Path, values: dict[str, str]) -> tuple[list[str], str]:
     lines = read_text(path).splitlines(keepends=True)
     changed: list[str] = []

@@ -9,13 +9,14 @@ the round-trip writer, so comments, key order and quoting survive.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from reconcile.desired.loader import new_node_file, read_text, render_labels
-from reconcile.desired.models import DesiredState
+from reconcile.desired.loader import new_group_file, new_node_file, read_text, render_labels
+from reconcile.desired.models import DesiredGroup, DesiredState
 from reconcile.diagnostics import ReconcileError
 from reconcile.files import write_inside
 from reconcile.kube import labels
@@ -33,6 +34,9 @@ class ImportRequest:
     keep: tuple[str, ...]  # label key prefixes to bring in
     excluded: tuple[str, ...] = ()
     selector: str | None = None
+    # Bootstrap a pooled fleet: one NodeGroup per value of this label (the labels all its
+    # nodes share), per-node files only for what differs.
+    group_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,12 @@ def plan_import(request: ImportRequest, cluster: NodeReader) -> list[FileChange]
     # the API server's rules before anything is written.
     for name, values in imported.items():
         _check_imported(name, values)
-    changes = []
+    changes: list[FileChange] = []
+    if request.group_by is not None:
+        imported, changes = _groups(request, request.group_by, nodes, imported)
     for name, values in imported.items():
+        if request.group_by is not None and not values:
+            continue  # its group says it all
         declared = request.desired.nodes.get(name) if request.desired is not None else None
         if declared is not None:
             path = Path(declared.source.file)
@@ -75,6 +83,50 @@ def plan_import(request: ImportRequest, cluster: NodeReader) -> list[FileChange]
             path = request.root / "nodes" / f"{name}.yaml"
             changes.append(FileChange(path, "", new_node_file(name, values), len(values)))
     return changes
+
+
+def _groups(
+    request: ImportRequest,
+    key: str,
+    nodes: Sequence[LiveNode],
+    imported: dict[str, dict[str, str]],
+) -> tuple[dict[str, dict[str, str]], list[FileChange]]:
+    """One NodeGroup per value of `key` with the labels all its nodes share; what remains
+    per node. The key itself is never declared (a selector may not use a key desired/
+    sets)."""
+    members: dict[str, list[str]] = {}
+    for node in nodes:
+        if key in node.labels:
+            members.setdefault(node.labels[key], []).append(node.name)
+    remaining = {
+        name: {k: v for k, v in values.items() if k != key} for name, values in imported.items()
+    }
+    changes = []
+    for value, names in sorted(members.items()):
+        shared = dict(remaining[names[0]])
+        for name in names[1:]:
+            shared = {k: v for k, v in shared.items() if remaining[name].get(k) == v}
+        group = _group_name(key, value)
+        path = request.root / "groups" / f"{group}.yaml"
+        if path.exists() or any(g.name == group for g in _groups_of(request)):
+            raise ReconcileError(f"{path}: node group {group} exists already: nothing was written")
+        changes.append(
+            FileChange(path, "", new_group_file(group, {key: value}, shared), len(shared))
+        )
+        for name in names:
+            remaining[name] = {k: v for k, v in remaining[name].items() if k not in shared}
+    return remaining, changes
+
+
+def _groups_of(request: ImportRequest) -> tuple[DesiredGroup, ...]:
+    return request.desired.groups if request.desired is not None else ()
+
+
+def _group_name(key: str, value: str) -> str:
+    """`nvidia.com/gpu.product`=`NVIDIA-A100` -> `gpu-product-nvidia-a100`: a valid name."""
+    raw = f"{key.rpartition('/')[2]}-{value}".lower()
+    name = re.sub(r"[^a-z0-9-]+", "-", raw).strip("-")[:63].strip("-")
+    return name or "group"
 
 
 def write_import(root: Path, changes: Sequence[FileChange]) -> None:

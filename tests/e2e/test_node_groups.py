@@ -211,3 +211,28 @@ def test_the_lab_desired_tree_keeps_working(make_cluster: ClusterFactory, workdi
     cluster = make_cluster(lab_objects("lab"))
     plan = run_cli("plan", cwd=workdir, kubeconfig=cluster.kubeconfig)
     assert plan.lines == ["lab-node-1 nvidia.com/gpu.count 2"]
+
+
+def test_import_group_by_bootstraps_a_fleet_that_plans_clean(
+    lab: TestCluster, tmp_path: Path
+) -> None:
+    result = run_cli(
+        "import", "--group-by", "nvidia.com/gpu.present", cwd=tmp_path, kubeconfig=lab.kubeconfig
+    )
+    assert result.code == 0, result.stderr
+    assert result.lines[0] == "desired/groups/gpu-present-true.yaml 4 label(s)"
+    group = (tmp_path / "desired" / "groups" / "gpu-present-true.yaml").read_text()
+    assert '  matchLabels:\n    nvidia.com/gpu.present: "true"\n' in group
+    assert "feature.node.kubernetes.io/pci-10de.present" in group  # shared by both GPU nodes
+    node = (tmp_path / "desired" / "nodes" / "lab-node-0.yaml").read_text()
+    assert "pci-10de.present" not in node and "nvidia.com/gpu.present" not in node
+    assert "nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB" in node  # what differs stays
+    assert run_cli("validate", cwd=tmp_path).code == 0
+    plan = run_cli("plan", cwd=tmp_path, kubeconfig=lab.kubeconfig)
+    assert (plan.code, plan.stdout) == (0, "")
+
+    again = run_cli(
+        "import", "--group-by", "nvidia.com/gpu.present", cwd=tmp_path, kubeconfig=lab.kubeconfig
+    )
+    assert again.code == 2
+    assert "node group gpu-present-true exists already: nothing was written" in again.stderr

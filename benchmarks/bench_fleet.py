@@ -132,6 +132,48 @@ def bench_plan_apply(total: int, labels: int, drift: float) -> None:
     sandbox.stop()
 
 
+POOLS = 5
+
+
+def write_groups(root: Path, labels: int) -> None:
+    """The same fleet declared by pools: one NodeGroup per pool, no per-node files."""
+    groups = root / "desired" / "groups"
+    groups.mkdir(parents=True)
+    for pool in range(POOLS):
+        body = "\n".join(f'  {k}: "{v}"' for k, v in node_labels(pool, labels).items())
+        (groups / f"pool-{pool}.yaml").write_text(
+            "apiVersion: reconcile.dev/v1alpha1\nkind: NodeGroup\n"
+            f"metadata:\n  name: pool-{pool}\n"
+            f'selector:\n  matchLabels: {{example.com/pool: "{pool}"}}\n'
+            f"labels:\n{body}\n"
+        )
+
+
+def bench_groups(total: int, labels: int) -> None:
+    print(f"## pooled fleet: {total} nodes in {POOLS} NodeGroups x {labels} labels")
+    nodes = seed_nodes(total, labels)
+    for i, node in enumerate(nodes):
+        node["metadata"]["labels"] = {
+            **node_labels(i % POOLS, labels),
+            "example.com/pool": str(i % POOLS),
+        }
+    sandbox = Sandbox(nodes).start()
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        write_groups(root, labels)
+        kubeconfig = sandbox.write_kubeconfig(root / "kubeconfig")
+        elapsed, result = run(["validate"], root, kubeconfig)
+        print(f"validate: {elapsed:.2f}s (exit {result.returncode}, no requests)")
+        sandbox.clear_requests()
+        elapsed, result = run(["plan"], root, kubeconfig)
+        counts = requests_by_verb(sandbox)
+        print(
+            f"plan (in sync): {elapsed:.2f}s, exit {result.returncode}, requests {dict(counts)} "
+            f"(target: {math.ceil(total / 500)} LISTs)"
+        )
+    sandbox.stop()
+
+
 def _nodes() -> Any:
     from reconcile.sandbox.resources import BY_PATH
 
@@ -167,6 +209,7 @@ def main() -> None:
     parser.add_argument("--list-sizes", default="1000,10000")
     args = parser.parse_args()
     bench_plan_apply(args.nodes, args.labels, args.drift)
+    bench_groups(args.nodes, args.labels)
     bench_sandbox_lists([int(s) for s in args.list_sizes.split(",")], args.labels)
 
 

@@ -136,6 +136,25 @@ def _check_annotations(annotations: dict[str, str | None]) -> dict[str, str | No
 Annotations = Annotated[dict[AnnotationKey, str | None], AfterValidator(_check_annotations)]
 
 
+def _check_taint_effect(effect: str) -> str:
+    if effect not in TAINT_EFFECTS:
+        # As kube-apiserver's field.NotSupported puts it, the supported values sorted.
+        supported = ", ".join(f'"{e}"' for e in sorted(TAINT_EFFECTS))
+        raise PydanticCustomError(
+            "taint_effect",
+            "Unsupported value: {value}: supported values: {supported}",
+            {"value": labels.go_quote(effect), "supported": supported},
+        )
+    return effect
+
+
+TaintEffect = Annotated[
+    str,
+    AfterValidator(_check_taint_effect),
+    WithJsonSchema({"type": "string", "enum": list(TAINT_EFFECTS)}),
+]
+
+
 class Taint(_Strict):
     """A taint the node must carry (or, with `absent`, must not), identified as the API
     server identifies taints: by key and effect."""
@@ -144,7 +163,7 @@ class Taint(_Strict):
     value: LabelValue | None = Field(
         default=None, description="Its value (the label-value rules); empty when omitted."
     )
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    effect: TaintEffect
     absent: bool = Field(
         default=False, description="The node must not carry a taint with this key and effect."
     )

@@ -172,8 +172,8 @@ def test_taints_and_annotations_are_checked_with_the_api_servers_rules(fleet: Pa
     assert result.code == 2
     assert 'desired/nodes/lab-node-1.yaml:8:3: invalid annotation key "bad key!"' in result.stderr
     assert (
-        "desired/nodes/lab-node-1.yaml:10:20: taints.0.effect must be 'NoSchedule', "
-        "'PreferNoSchedule' or 'NoExecute'"
+        'desired/nodes/lab-node-1.yaml:10:20: taints.0.effect: Unsupported value: "Sometimes": '
+        'supported values: "NoExecute", "NoSchedule", "PreferNoSchedule"'
     ) in result.stderr
 
     node_file.write_text(

@@ -33,14 +33,20 @@ TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _BRANCH = re.compile(r"[0-9]+")
 
 
-def _check_label_key(key: str) -> str:
+def _qualified(key: str, what: str) -> str:
+    """A label or annotation key as the API server checks it (a qualified name)."""
     problems = labels.is_qualified_name(key)
     if problems:
         raise PydanticCustomError(
-            "label_key",
-            "invalid label key {key}: {problems}",
-            {"key": labels.go_quote(key), "problems": "; ".join(problems)},
+            "qualified_name",
+            "invalid {what} key {key}: {problems}",
+            {"what": what, "key": labels.go_quote(key), "problems": "; ".join(problems)},
         )
+    return key
+
+
+def _check_label_key(key: str) -> str:
+    _qualified(key, "label")
     if labels.is_kubelet_owned(key):
         # Declared with a value or with null alike: setting it and deleting it both fight
         # the kubelet, which writes it back, and move pods that select on it meanwhile.
@@ -109,14 +115,7 @@ class ObjectMeta(_Strict):
 
 
 def _check_annotation_key(key: str) -> str:
-    problems = labels.is_qualified_name(key)
-    if problems:
-        raise PydanticCustomError(
-            "annotation_key",
-            "invalid annotation key {key}: {problems}",
-            {"key": labels.go_quote(key), "problems": "; ".join(problems)},
-        )
-    return key
+    return _qualified(key, "annotation")
 
 
 AnnotationKey = Annotated[str, AfterValidator(_check_annotation_key), WithJsonSchema(_KEY_SCHEMA)]
@@ -223,8 +222,18 @@ class NodeFeatures(_Strict):
     taints: Taints = Field(default_factory=list, description="Taints by key and effect.")
 
 
+def _check_selector_key(key: str) -> str:
+    return _qualified(key, "label")
+
+
+# A key a selector reads: any label key, the kubelet's and the cloud provider's included
+# (kubernetes.io/hostname, topology.kubernetes.io/zone select pools), which desired/ may
+# not set.
+SelectorKey = Annotated[str, AfterValidator(_check_selector_key), WithJsonSchema(_KEY_SCHEMA)]
+
+
 class SelectorRequirement(_Strict):
-    key: LabelKey
+    key: SelectorKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[LabelValue] = Field(default_factory=list)
 
@@ -232,7 +241,7 @@ class SelectorRequirement(_Strict):
 class LabelSelector(_Strict):
     """A Kubernetes LabelSelector: every requirement must hold (an empty one selects all)."""
 
-    matchLabels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    matchLabels: dict[SelectorKey, LabelValue] = Field(default_factory=dict)
     matchExpressions: list[SelectorRequirement] = Field(default_factory=list)
 
 

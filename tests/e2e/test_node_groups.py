@@ -236,3 +236,23 @@ def test_import_group_by_bootstraps_a_fleet_that_plans_clean(
     )
     assert again.code == 2
     assert "node group gpu-present-true exists already: nothing was written" in again.stderr
+
+
+def test_driver_coverage_applies_to_every_node_a_group_selects(
+    lab: TestCluster, tmp_path: Path
+) -> None:
+    work = tmp_path / "pool"
+    shutil.copytree(Path(__file__).parents[2] / "desired" / "drivers", work / "desired" / "drivers")
+    (work / "desired" / "groups").mkdir(parents=True)
+    (work / "desired" / "groups" / "a10.yaml").write_text(
+        "apiVersion: reconcile.dev/v1alpha1\nkind: NodeGroup\nmetadata: {name: a10}\n"
+        "selector:\n  matchLabels: {kubernetes.io/hostname: lab-node-1}\n"
+        'labels:\n  nvidia.com/cuda.driver.major: "999"\n'
+    )
+    plan = run_cli("plan", cwd=work, kubeconfig=lab.kubeconfig)
+    assert plan.lines == ["lab-node-1 nvidia.com/cuda.driver.major 999"]
+    assert "error: lab-node-1: driver image 999-" in plan.stderr
+    assert "is not in the support matrix" in plan.stderr
+    refused = run_cli("apply", cwd=work, kubeconfig=lab.kubeconfig)
+    assert refused.code == 2
+    assert "lab-node-1" in refused.stderr and "--allow-missing-image" in refused.stderr

@@ -166,7 +166,9 @@ def outputs(*allowed: Format) -> Callable[[F], F]:
 
 
 TEXT_AND_JSON: Final = (Format.TEXT, Format.JSON)
-ALL_FORMATS: Final = tuple(Format)
+ALL_FORMATS: Final = (Format.TEXT, Format.JSON, Format.MARKDOWN)
+# plan and apply: the drift lines, also wide.
+DRIFT_FORMATS: Final = (*ALL_FORMATS, Format.WIDE)
 
 
 @contextmanager

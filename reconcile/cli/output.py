@@ -16,6 +16,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Final, TextIO
 
+from reconcile.engine.facts import shown_value
+
 if TYPE_CHECKING:
     from reconcile.engine.checks import Finding
     from reconcile.engine.diff import NodeChange
@@ -35,13 +37,20 @@ class Format(enum.StrEnum):
     TEXT = "text"
     JSON = "json"
     MARKDOWN = "markdown"
+    # The text lines with the live value (and a node fact's owner) added, as
+    # `kubectl get -o wide` adds columns: the default text stays the contract.
+    WIDE = "wide"
 
 
 # --- lines on stdout -------------------------------------------------------------------------
 
 
-def node_line(node: str, change: NodeChange, *, show_owner: bool = False) -> str:
+def node_line(
+    node: str, change: NodeChange, *, show_owner: bool = False, wide: bool = False
+) -> str:
     line = f"{node} {change.shown_key} {change.shown_value}"
+    if wide:  # `<node> <key> <value> <live> <owner>`
+        return f"{line} {shown_value(change.before)} {change.owner or 'unknown'}"
     if show_owner:
         line += f" {change.owner or 'unknown'}"
         if change.source:
@@ -49,13 +58,17 @@ def node_line(node: str, change: NodeChange, *, show_owner: bool = False) -> str
     return line
 
 
-def object_lines(obj: ObjectPlan) -> list[str]:
-    """`<id> + ` to create, `<id> - ` to prune, else one line per changed field."""
+def object_lines(obj: ObjectPlan, *, wide: bool = False) -> list[str]:
+    """`<id> + ` to create, `<id> - ` to prune, else one line per changed field (with
+    `wide`, the live value after it)."""
     if obj.action == "create":
         return [f"{obj.id} + "]
     if obj.action == "prune":
         return [f"{obj.id} - "]
-    return [f"{obj.id} {c.shown_path} {c.shown_value}" for c in obj.changes]
+    return [
+        f"{obj.id} {c.shown_path} {c.shown_value}" + (f" {c.shown_before}" if wide else "")
+        for c in obj.changes
+    ]
 
 
 def placement_line(result: Placement) -> str:

@@ -13,6 +13,7 @@ import click
 from reconcile import diagnostics as diag
 from reconcile.cli.app import (
     ALL_FORMATS,
+    DRIFT_FORMATS,
     Globals,
     common_options,
     desired_problems,
@@ -143,7 +144,7 @@ def _object_options(command: F) -> F:
 
 @main.command()
 @common_options
-@outputs(*ALL_FORMATS)
+@outputs(*DRIFT_FORMATS)
 @click.option(
     "--out",
     "out_file",
@@ -195,7 +196,7 @@ def plan(
 
 @main.command()
 @common_options
-@outputs(*ALL_FORMATS)
+@outputs(*DRIFT_FORMATS)
 @click.argument(
     "plan_file", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True)
 )

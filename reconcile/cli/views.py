@@ -220,10 +220,11 @@ def render_plan(
     if fmt is Format.MARKDOWN:
         _plan_markdown(plan, out)
         return
+    wide = fmt is Format.WIDE
     for node, change in plan.lines():
-        out.write(node_line(node, change, show_owner=show_owner) + "\n")
+        out.write(node_line(node, change, show_owner=show_owner, wide=wide) + "\n")
     for obj in plan.objects:
-        out.writelines(line + "\n" for line in object_lines(obj))
+        out.writelines(line + "\n" for line in object_lines(obj, wide=wide))
     for missing in plan.missingNodes:
         err.write(_missing_note(missing) + "\n")
     for finding in plan.findings:
@@ -411,10 +412,11 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
     if fmt is Format.MARKDOWN:
         _apply_markdown(result, out)
         return
+    wide = fmt is Format.WIDE
     for node, change in result.lines():
-        out.write(node_line(node, change) + "\n")
+        out.write(node_line(node, change, wide=wide) + "\n")
     for obj in result.changed_objects():
-        out.writelines(line + "\n" for line in object_lines(obj))
+        out.writelines(line + "\n" for line in object_lines(obj, wide=wide))
     render_apply_failures(result, err)
 
 

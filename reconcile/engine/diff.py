@@ -136,11 +136,24 @@ class FieldChange(BaseModel):
             return "-"
         if self.sensitive:
             return "(sensitive value)" if self.action is Action.ADD else "(sensitive value changed)"
-        if isinstance(self.after, str) and self.after and not any(c.isspace() for c in self.after):
-            return self.after
-        if isinstance(self.after, bool | int | float) and not isinstance(self.after, bool):
-            return json.dumps(self.after)
-        return json.dumps(self.after, separators=(",", ":"), sort_keys=True)
+        return _shown(self.after)
+
+    @property
+    def shown_before(self) -> str:
+        """The live value, as `shown_value` shows the desired one (`-`: absent)."""
+        if self.action is Action.ADD:
+            return "-"
+        if self.sensitive:
+            return "(sensitive value)"
+        return _shown(self.before)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str) and value and not any(c.isspace() for c in value):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return json.dumps(value)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")

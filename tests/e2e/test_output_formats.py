@@ -13,7 +13,7 @@ from tests.support import TestCluster, run_cli
 # command -> (arguments, formats it renders)
 COMMANDS: dict[str, tuple[list[str], set[str]]] = {
     "validate": (["validate"], {"text", "json", "markdown"}),
-    "plan": (["plan"], {"text", "json", "markdown"}),
+    "plan": (["plan"], {"text", "json", "markdown", "wide"}),
     "audit": (["audit"], {"text", "json", "markdown"}),
     "drivers audit": (["drivers", "audit"], {"text", "json", "markdown"}),
     "drivers tag": (["drivers", "tag", "--all"], {"text", "json"}),
@@ -34,14 +34,14 @@ def test_an_unrendered_format_is_refused_before_anything_is_asked(
     args, rendered = COMMANDS[name]
     cwd = Path(__file__).parents[2] if name == "schemas" else workdir
     assert sandbox_only.sandbox is not None
-    for fmt in sorted({"text", "json", "markdown"} - rendered):
+    for fmt in sorted({"text", "json", "markdown", "wide"} - rendered):
         sandbox_only.sandbox.clear_requests()
         result = run_cli(*args, "-o", fmt, cwd=cwd, kubeconfig=sandbox_only.kubeconfig)
         assert result.code == 2, (name, fmt, result.stderr)
         assert result.stdout == ""
         assert result.stderr == (
             f"error: reconcile {name} does not render -o {fmt}: use "
-            f"{', '.join(f for f in ('text', 'json', 'markdown') if f in rendered)}\n"
+            f"{', '.join(f for f in ('text', 'json', 'markdown', 'wide') if f in rendered)}\n"
         )
         assert sandbox_only.sandbox.requests == []
 
@@ -52,3 +52,14 @@ def test_json_is_json(sandbox_only: TestCluster, workdir: Path, name: str) -> No
     result = run_cli(*args, "-o", "json", cwd=workdir, kubeconfig=sandbox_only.kubeconfig)
     assert result.code in (0, 1), result.stderr
     json.loads(result.stdout)
+
+
+def test_wide_adds_the_live_value_and_the_owner_to_each_drift_line(
+    lab: TestCluster, workdir: Path
+) -> None:
+    plan = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert plan.lines == ["lab-node-1 nvidia.com/gpu.count 2 9 gpu-feature-discovery"]
+    text = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert text.lines == ["lab-node-1 nvidia.com/gpu.count 2"]  # the contract, unchanged
+    apply = run_cli("apply", "-o", "wide", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert apply.lines == ["lab-node-1 nvidia.com/gpu.count 2 9 gpu-feature-discovery"]

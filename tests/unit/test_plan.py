@@ -579,3 +579,12 @@ def test_a_taint_value_change_keeps_its_place_and_prune_removes_only_inventoried
     assert {c.shown_key for c in pruning.changes if c.after is None} == {
         "annotation:example.com/old"
     }
+
+
+def test_wide_object_lines_add_the_live_value() -> None:
+    from reconcile.cli.output import object_lines
+
+    assert object_lines(TRAINER_REPLICAS, wide=True) == [
+        "Deployment/gpu-drv/trainer spec.replicas 3 4"
+    ]
+    assert object_lines(TRAINER_REPLICAS) == ["Deployment/gpu-drv/trainer spec.replicas 3"]

@@ -64,6 +64,7 @@ def _plan_request(
     prune_namespace_contents: bool = False,
     force_conflicts: bool = False,
     recreate: bool = False,
+    allow_missing_nodes: bool = False,
 ) -> PlanRequest:
     """The plan request argv asks for (desired/ filled in later when `state` is None)."""
     from reconcile.desired.models import DesiredState
@@ -76,6 +77,7 @@ def _plan_request(
         prune_namespace_contents=prune_namespace_contents,
         force_conflicts=force_conflicts,
         recreate=recreate,
+        allow_missing_nodes=allow_missing_nodes,
     )
 
 
@@ -135,6 +137,11 @@ def _object_options(command: F) -> F:
         is_flag=True,
         help="Delete and create objects whose changed fields cannot be updated in place.",
     )(command)
+    command = click.option(
+        "--allow-missing-nodes",
+        is_flag=True,
+        help="Declared nodes absent from the cluster are noted, not drift (nodes come and go).",
+    )(command)
     return click.option(
         "--force-conflicts",
         is_flag=True,
@@ -163,6 +170,7 @@ def plan(
     show_owner: bool,
     force_conflicts: bool,
     recreate: bool,
+    allow_missing_nodes: bool,
     timeout: float,
 ) -> None:
     """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`
@@ -183,6 +191,7 @@ def plan(
                 prune_namespace_contents=prune_namespace_contents,
                 force_conflicts=force_conflicts,
                 recreate=recreate,
+                allow_missing_nodes=allow_missing_nodes,
             ),
         )
         if out_file is not None:
@@ -224,6 +233,7 @@ def apply(
     parallel: int,
     force_conflicts: bool,
     recreate: bool,
+    allow_missing_nodes: bool,
     timeout: float,
 ) -> None:
     """Fix the drift: one PATCH per drifted node, then server-side apply of the workload
@@ -247,13 +257,15 @@ def apply(
         prune_namespace_contents=prune_namespace_contents,
         force_conflicts=force_conflicts,
         recreate=recreate,
+        allow_missing_nodes=allow_missing_nodes,
     )
     with errors_to_exit_codes():
         if plan_file is not None:
             if planning != _plan_request(None):
                 fail(
-                    "--prune, --allow-empty-prune, --prune-namespace-contents, --recreate and "
-                    "--force-conflicts are decided when planning: use `reconcile plan ... --out FILE`"
+                    "--prune, --allow-empty-prune, --prune-namespace-contents, --recreate, "
+                    "--force-conflicts and --allow-missing-nodes are decided when planning: use "
+                    "`reconcile plan ... --out FILE`"
                 )
             state, cluster, request = _saved_request(g, plan_file, timeout)
         else:

@@ -227,6 +227,7 @@ def render_plan(
         out.writelines(line + "\n" for line in object_lines(obj, wide=wide))
     for missing in plan.missingNodes:
         err.write(_missing_note(missing) + "\n")
+    _absent_notes(plan.absentNodes)
     for finding in plan.findings:
         if finding.severity is Severity.ERROR:
             err.write(finding_line(finding, err) + "\n")
@@ -404,6 +405,7 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
                 "skipped": list(result.skipped),
                 "retries": result.retries,
                 "missingNodes": [m.model_dump(mode="json") for m in result.missingNodes],
+                "absentNodes": [m.model_dump(mode="json") for m in result.absentNodes],
                 "conflicts": sum(n.conflicts for n in result.nodes),
             },
             out,
@@ -420,7 +422,13 @@ def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> 
     render_apply_failures(result, err)
 
 
+def _absent_notes(absent: Sequence[MissingNode]) -> None:
+    for node in absent:
+        log.info("%s: declared in %s, absent from the cluster, and may be", node.name, node.source)
+
+
 def render_apply_failures(result: ApplyResult, err: TextIO) -> None:
+    _absent_notes(result.absentNodes)
     for node in result.nodes:
         if node.note:
             log.info("%s: %s", node.name, node.note)

@@ -493,6 +493,7 @@ class _Loader:
                 annotations=dict(model.annotations),
                 taints=taint_facts(model.taints),
                 fact_sources=_fact_sources(doc, model.annotations, model.taints),
+                optional=model.optional,
             )
         )
 

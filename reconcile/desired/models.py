@@ -212,6 +212,13 @@ class NodeFeatures(_Strict):
     apiVersion: Literal["reconcile.dev/v1alpha1"]
     kind: Literal["NodeFeatures"]
     metadata: ObjectMeta
+    optional: bool = Field(
+        default=False,
+        description=(
+            "The node may be absent from the cluster (an autoscaler removes it): then it is "
+            "noted, not drift."
+        ),
+    )
     labels: dict[LabelKey, LabelValue | None] = Field(
         default_factory=dict,
         description=_LABELS_DESCRIPTION,
@@ -341,6 +348,8 @@ class DesiredNode:
     # Where each annotation and taint is declared, by its shown key
     # (`annotation:<key>`, `taint:<key>:<effect>`).
     fact_sources: dict[str, Source] = field(default_factory=dict, compare=False)
+    # The node may be absent from the cluster: not drift (NodeFeatures `optional: true`).
+    optional: bool = False
 
     def source_of(self, key: str) -> Source:
         """Where a label, or (by its shown key) an annotation or taint, is declared."""

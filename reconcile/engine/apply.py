@@ -88,6 +88,8 @@ class NodeResult:
 class ApplyResult:
     nodes: tuple[NodeResult, ...] = ()
     missingNodes: tuple[MissingNode, ...] = ()
+    # Declared, absent, and allowed to be: noted, not a failure.
+    absentNodes: tuple[MissingNode, ...] = ()
     objects: tuple[ObjectResult, ...] = ()
     # Objects the API server would reject: when any, nothing at all was written.
     rejected: tuple[str, ...] = field(default_factory=tuple)
@@ -194,7 +196,12 @@ def apply_plan(
         outcomes = list(pool.map(one, plan.nodes))
     results = tuple(r for r in outcomes if r is not None)
     skipped = tuple(n.name for n, r in zip(plan.nodes, outcomes, strict=True) if r is None)
-    return ApplyResult(nodes=results, missingNodes=plan.missingNodes, skipped=skipped)
+    return ApplyResult(
+        nodes=results,
+        missingNodes=plan.missingNodes,
+        absentNodes=plan.absentNodes,
+        skipped=skipped,
+    )
 
 
 def _replan(

@@ -72,6 +72,8 @@ class PlanRequest:
     prune_namespace_contents: bool = False
     force_conflicts: bool = False
     recreate: bool = False
+    # Declared nodes absent from the cluster are not drift (nodes come and go).
+    allow_missing_nodes: bool = False
 
 
 def plan(
@@ -91,6 +93,7 @@ def plan(
         live,
         prune=request.prune,
         allow_empty_prune=request.allow_empty_prune,
+        allow_missing_nodes=request.allow_missing_nodes,
         policy=policy,
     )
     # The inventory is read even with nothing declared: what a prune would delete is

@@ -182,6 +182,8 @@ class Plan(_Frozen):
     forceConflicts: bool = False
     nodes: tuple[NodePlan, ...] = ()
     missingNodes: tuple[MissingNode, ...] = ()
+    # Declared nodes that are absent and may be (`optional: true`, --allow-missing-nodes).
+    absentNodes: tuple[MissingNode, ...] = ()
     # Labels reconcile set earlier that desired/ no longer declares; removed only with --prune.
     prunable: tuple[PrunableLabel, ...] = ()
     findings: tuple[Finding, ...] = ()
@@ -349,6 +351,7 @@ def build_plan(
     *,
     prune: bool = False,
     allow_empty_prune: bool = False,
+    allow_missing_nodes: bool = False,
     policy: NodePolicy = NO_POLICY,
 ) -> Plan:
     """Label drift of every declared node. With `prune`, also the removal of labels that
@@ -361,11 +364,13 @@ def build_plan(
     live_by_name = {node.name: node for node in live}
     nodes: list[NodePlan] = []
     missing: list[MissingNode] = []
+    absent: list[MissingNode] = []
     prunable: list[PrunableLabel] = []
     for name, want in desired.nodes.items():
         node = live_by_name.get(name)
         if node is None:
-            missing.append(MissingNode(name=name, source=str(want.source)))
+            gone = MissingNode(name=name, source=str(want.source))
+            (absent if want.optional or allow_missing_nodes else missing).append(gone)
             continue
         node_plan = plan_node(want, node, prune=prune, policy=policy)
         if node_plan is not None:
@@ -383,5 +388,6 @@ def build_plan(
         allowEmptyPrune=allow_empty_prune,
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         missingNodes=tuple(missing),
+        absentNodes=tuple(absent),
         prunable=tuple(prunable),
     )

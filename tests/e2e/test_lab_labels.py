@@ -205,3 +205,27 @@ def test_the_readme_library_example_plans_and_applies(
     assert [(n, c.key) for n, c in namespace["result"].lines()] == [  # type: ignore[attr-defined]
         ("lab-node-1", "nvidia.com/gpu.count")
     ]
+
+
+def test_nodes_that_may_be_absent_are_noted_not_drift(lab: TestCluster, workdir: Path) -> None:
+    gone = workdir / "desired" / "nodes" / "lab-node-7.yaml"
+    gone.write_text(
+        "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata: {name: lab-node-7}\n"
+        "labels: {example.com/x: y}\n"
+    )
+    assert run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig).lines == [
+        "lab-node-1 nvidia.com/gpu.count 2"
+    ]
+    assert run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig).code == 2  # cannot create it
+
+    flagged = run_cli("apply", "--allow-missing-nodes", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert flagged.code == 0, flagged.stderr
+    assert (
+        "note: lab-node-7: declared in desired/nodes/lab-node-7.yaml:3:18, absent from the cluster, and may be"
+        in flagged.stderr
+    )
+
+    gone.write_text(gone.read_text() + "optional: true\n")
+    plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert (plan.code, plan.stdout) == (0, "")
+    assert "lab-node-7: declared in" in plan.stderr

@@ -205,7 +205,7 @@ def test_unknown_field_lists_what_is_allowed(tree: Path) -> None:
     )
 
     assert only_error(tree) == (
-        "desired/nodes/n1.yaml:7:1: unknown field 'lable': allowed here: apiVersion, kind, metadata, labels, annotations, taints"
+        "desired/nodes/n1.yaml:7:1: unknown field 'lable': allowed here: apiVersion, kind, metadata, optional, labels, annotations, taints"
     )
 
 

@@ -42,7 +42,13 @@ from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
 from reconcile.engine.plan import ObjectPlan
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
-from reconcile.kube.kinds import BUILTIN_NAMESPACED, ObjectId, apply_rank, workload_id
+from reconcile.kube.kinds import (
+    BUILTIN_NAMESPACED,
+    ObjectId,
+    apply_rank,
+    unknown_builtin_kind,
+    workload_id,
+)
 from reconcile.kube.objects import FIELD_MANAGER, ApiResource
 
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
@@ -595,6 +601,24 @@ def _namespace_prune_findings(
     ]
 
 
+def _unknown_kinds(state: DesiredState) -> list[Diagnostic]:
+    """Offline: a kind a built-in apiVersion does not serve, with the nearest one that it
+    does (`plan` asks discovery, where an unknown kind is an error)."""
+    found = []
+    for manifest in state.manifests:
+        nearest = unknown_builtin_kind(manifest.api_version, manifest.kind)
+        if nearest is None:
+            continue
+        found.append(
+            diag.warning(
+                f"{manifest.api_version} serves no kind {manifest.kind} that reconcile knows",
+                manifest.at(("kind",)),
+                f"did you mean {nearest}?" if nearest else "check apiVersion and kind",
+            )
+        )
+    return found
+
+
 def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
     """Offline: namespaced objects whose namespace desired/ does not create may be fine
     (the namespace may exist already); say so once per namespace, at its first object.
@@ -608,13 +632,16 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
         if manifest.namespace not in created and manifest.namespace not in SYSTEM_NAMESPACES:
             users.setdefault(manifest.namespace, []).append(manifest)
     return [
-        diag.warning(
-            f"namespace {namespace} is not created by desired/",
-            found[0].at(("metadata", "namespace")),
-            f"{len(found)} object(s) here live in it, so it must already exist in the cluster "
-            "(`reconcile plan` checks); declare a Namespace document to manage it",
-        )
-        for namespace, found in users.items()
+        *_unknown_kinds(state),
+        *(
+            diag.warning(
+                f"namespace {namespace} is not created by desired/",
+                found[0].at(("metadata", "namespace")),
+                f"{len(found)} object(s) here live in it, so it must already exist in the cluster "
+                "(`reconcile plan` checks); declare a Namespace document to manage it",
+            )
+            for namespace, found in users.items()
+        ),
     ]
 
 

@@ -140,6 +140,24 @@ def env_name(node: str) -> str:
     return f"_{name}" if not name or name[0].isdigit() else name
 
 
+def _catalogue_warnings(state: DesiredState) -> Iterable[Diagnostic]:
+    """A declared key under NFD's or GFD's prefixes that neither publishes: a warning
+    with the nearest key they do."""
+    declarers = [*state.nodes.values(), *(g.node for g in state.groups)]
+    for node in declarers:
+        for key in node.labels:
+            unknown = provenance.unknown_label(key)
+            if unknown is None:
+                continue
+            _, nearest = unknown
+            hint = f"did you mean {nearest}?" if nearest else "no known label is close"
+            yield diag.warning(
+                f"{key} is not a label NFD, GPU Feature Discovery or the GPU Operator publishes",
+                node.source_of(key),
+                hint,
+            )
+
+
 def desired_diagnostics(state: DesiredState, *, coverage_check: bool) -> list[Diagnostic]:
     """The GPU label audit (and, with `coverage_check`, matrix coverage) over desired/ alone.
 
@@ -147,7 +165,7 @@ def desired_diagnostics(state: DesiredState, *, coverage_check: bool) -> list[Di
     is someone else's, gpu-feature-discovery's for the product), so `missing` is a finding
     of the live audit only.
     """
-    found: list[Diagnostic] = []
+    found: list[Diagnostic] = list(_catalogue_warnings(state))
     for name, node in state.nodes.items():
         declared = {k: v for k, v in node.labels.items() if v is not None}
         if not is_gpu_node(declared):

@@ -4,6 +4,7 @@ names each change's owner and a check that warns when a change fights its owner.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from typing import Final
 
@@ -92,3 +93,95 @@ def label_fights(projection: Projection) -> Iterable[Finding]:
                 continue  # field managers are tracked for labels
             if (found := _fight(node_plan.name, change, managers.get(change.key))) is not None:
                 yield found
+
+
+# The labels GPU Feature Discovery and the GPU Operator publish (their documented names):
+# a key under their prefixes that is none of these is most likely a typo, and a typo is
+# silent on a cluster (nothing selects on it, or a selector matches nothing).
+GPU_LABEL_CATALOGUE: Final = frozenset(
+    {
+        "nvidia.com/gpu.present",
+        "nvidia.com/gpu.product",
+        "nvidia.com/gpu.count",
+        "nvidia.com/gpu.memory",
+        "nvidia.com/gpu.family",
+        "nvidia.com/gpu.machine",
+        "nvidia.com/gpu.replicas",
+        "nvidia.com/gpu.sharing-strategy",
+        "nvidia.com/gpu.mode",
+        "nvidia.com/gpu.clique",
+        "nvidia.com/gpu.compute.major",
+        "nvidia.com/gpu.compute.minor",
+        "nvidia.com/gpu.deploy.driver",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery",
+        "nvidia.com/gpu.deploy.container-toolkit",
+        "nvidia.com/gpu.deploy.device-plugin",
+        "nvidia.com/gpu.deploy.dcgm",
+        "nvidia.com/gpu.deploy.dcgm-exporter",
+        "nvidia.com/gpu.deploy.mig-manager",
+        "nvidia.com/gpu.deploy.node-status-exporter",
+        "nvidia.com/gpu.deploy.operator-validator",
+        "nvidia.com/gpu.deploy.sandbox-device-plugin",
+        "nvidia.com/gpu.deploy.sandbox-validator",
+        "nvidia.com/gpu.deploy.vgpu-manager",
+        "nvidia.com/gpu.deploy.vgpu-device-manager",
+        "nvidia.com/gpu.deploy.vfio-manager",
+        "nvidia.com/gpu.deploy.cc-manager",
+        "nvidia.com/gpu.workload.config",
+        "nvidia.com/cuda.driver.major",
+        "nvidia.com/cuda.driver.minor",
+        "nvidia.com/cuda.driver.rev",
+        "nvidia.com/cuda.driver-version.major",
+        "nvidia.com/cuda.driver-version.minor",
+        "nvidia.com/cuda.driver-version.revision",
+        "nvidia.com/cuda.driver-version.full",
+        "nvidia.com/cuda.runtime.major",
+        "nvidia.com/cuda.runtime.minor",
+        "nvidia.com/cuda.runtime-version.major",
+        "nvidia.com/cuda.runtime-version.minor",
+        "nvidia.com/cuda.runtime-version.full",
+        "nvidia.com/mig.capable",
+        "nvidia.com/mig.strategy",
+        "nvidia.com/mig.config",
+        "nvidia.com/mig.config.state",
+        UPGRADE_STATE_LABEL,
+    }
+)
+# NFD's own fixed feature labels (its custom rules and PCI/USB ids are open-ended, so only
+# a near miss of one of these is worth a word).
+NFD_LABEL_CATALOGUE: Final = frozenset(
+    NFD_DEFAULT_NAMESPACE + name
+    for name in (
+        "kernel-version.full",
+        "kernel-version.major",
+        "kernel-version.minor",
+        "kernel-version.revision",
+        "system-os_release.ID",
+        "system-os_release.VERSION_ID",
+        "system-os_release.VERSION_ID.major",
+        "system-os_release.VERSION_ID.minor",
+        "pci-10de.present",
+        "pci-10de.sriov.capable",
+        "cpu-model.vendor_id",
+        "cpu-model.family",
+        "cpu-model.id",
+        "cpu-hardware_multithreading",
+        "memory-numa",
+        "storage-nonrotationaldisk",
+        "network-sriov.capable",
+    )
+)
+
+
+def unknown_label(key: str) -> tuple[bool, str | None] | None:
+    """For a key under NFD's or GFD's prefix that neither publishes: (always worth a word,
+    the nearest known key). None for a known key or one under other prefixes."""
+    if key in GPU_LABEL_CATALOGUE or key in NFD_LABEL_CATALOGUE:
+        return None
+    if key.startswith(GFD_PREFIXES) or key == UPGRADE_STATE_LABEL:
+        nearest = difflib.get_close_matches(key, GPU_LABEL_CATALOGUE, n=1, cutoff=0.8)
+        return True, nearest[0] if nearest else None
+    if key.startswith(NFD_DEFAULT_NAMESPACE):
+        nearest = difflib.get_close_matches(key, NFD_LABEL_CATALOGUE, n=1, cutoff=0.9)
+        return (False, nearest[0]) if nearest else None
+    return None

@@ -7,6 +7,7 @@ this table is the offline fallback and never overrides discovery.
 
 from __future__ import annotations
 
+import difflib
 from typing import Final, NamedTuple
 
 # (apiVersion, kind) -> namespaced, for the built-in kinds people put in manifests.
@@ -104,6 +105,17 @@ APPLY_ORDER: Final[tuple[str, ...]] = (
     "APIService",
 )
 _RANK: Final = {kind: rank for rank, kind in enumerate(APPLY_ORDER)}
+
+
+def unknown_builtin_kind(api_version: str, kind: str) -> str | None:
+    """For a kind a built-in apiVersion does not serve (as far as this table knows): the
+    nearest kind it does, or "" when none is close. None when the pair is known, or the
+    apiVersion is not a built-in one (custom resources are for discovery to judge)."""
+    served = [k for (v, k) in BUILTIN_NAMESPACED if v == api_version]
+    if not served or kind in served:
+        return None
+    nearest = difflib.get_close_matches(kind, served, n=1, cutoff=0.7)
+    return nearest[0] if nearest else ""
 
 
 def apply_rank(kind: str) -> int:

@@ -186,3 +186,22 @@ def test_bad_output_format_is_a_usage_error(workdir: Path) -> None:
     result = run_cli("validate", "-o", "yaml", cwd=workdir)
     assert result.code == 2
     assert "'yaml' is not one of 'text', 'json', 'markdown'" in result.stderr
+
+
+def test_validate_knows_builtin_kinds_and_the_gpu_label_catalogue_offline(workdir: Path) -> None:
+    workloads = workdir / "desired" / "workloads" / "gpu-drv.yaml"
+    workloads.write_text(workloads.read_text().replace("kind: Deployment", "kind: Deploymnet"))
+    node = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    node.write_text(node.read_text().replace("nvidia.com/gpu.product:", "nvidia.com/gpu.prodcut:"))
+
+    result = run_cli("validate", cwd=workdir)
+
+    assert result.code == 0  # warnings: the table and the catalogue may lag what exists
+    assert (
+        "desired/workloads/gpu-drv.yaml:50:7: warning: apps/v1 serves no kind Deploymnet that "
+        "reconcile knows: did you mean Deployment?"
+    ) in result.stderr
+    assert (
+        "desired/nodes/lab-node-0.yaml:15:3: warning: nvidia.com/gpu.prodcut is not a label NFD, "
+        "GPU Feature Discovery or the GPU Operator publishes: did you mean nvidia.com/gpu.product?"
+    ) in result.stderr

@@ -59,7 +59,9 @@ from reconcile.kube import sensitive
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 
-DONE_BY_OTHERS: Final = "already done by another writer: not applied by this run"
+DONE_BY_OTHERS: Final = (
+    "already in place (another writer, or an earlier run): not applied by this run"
+)
 
 MAX_CONFLICT_RETRIES: Final = 5
 
@@ -124,11 +126,20 @@ class ApplyResult:
 
 
 def check_fresh(plan: Plan, live: Iterable[LiveNode]) -> None:
-    """Raise StalePlan when any planned node changed since the plan was made."""
-    versions = {node.name: node.resource_version for node in live}
-    _refuse_moved(
-        [_moved(node.name, node.resourceVersion, versions.get(node.name)) for node in plan.nodes]
-    )
+    """Raise StalePlan when any planned node changed since the plan was made, unless it
+    already carries exactly the planned changes (a plan applied once already, or the same
+    change made by another writer): applying it again then writes nothing."""
+    nodes = {node.name: node for node in live}
+
+    def moved(node_plan: NodePlan) -> str | None:
+        now = nodes.get(node_plan.name)
+        if now is None:
+            return _moved(node_plan.name, node_plan.resourceVersion, None)
+        if not node_plan.converged(now):  # nothing of it missing: in place already
+            return None
+        return _moved(node_plan.name, node_plan.resourceVersion, now.resource_version)
+
+    _refuse_moved([moved(node_plan) for node_plan in plan.nodes])
 
 
 def _moved(subject: str, planned: str | None, now: str | None) -> str | None:

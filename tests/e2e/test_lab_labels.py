@@ -229,3 +229,19 @@ def test_nodes_that_may_be_absent_are_noted_not_drift(lab: TestCluster, workdir:
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert (plan.code, plan.stdout) == (0, "")
     assert "lab-node-7: declared in" in plan.stderr
+
+
+def test_reapplying_an_applied_saved_plan_changes_nothing_and_succeeds(
+    lab: TestCluster, workdir: Path
+) -> None:
+    saved = workdir / "plan.json"
+    run_cli("plan", "--out", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig)
+    first = run_cli("apply", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert (first.code, first.lines) == (0, ["lab-node-1 nvidia.com/gpu.count 2"])
+    before = lab.resource_versions()
+
+    again = run_cli("apply", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert (again.code, again.stdout) == (0, ""), again.stderr
+    assert "lab-node-1: already in place (another writer, or an earlier run)" in again.stderr
+    assert lab.resource_versions() == before

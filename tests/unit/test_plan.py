@@ -192,6 +192,8 @@ def test_stale_check_names_the_node_and_both_versions() -> None:
         "plan is stale: n1 (resourceVersion 5 -> 7), n2 (deleted) changed since the plan was made; "
         "nothing was applied. Run `reconcile plan` again."
     )
+    # a node that moved but already carries exactly the planned change is not stale
+    check_fresh(plan, [live("n1", {"a.io/x": "1"}, rv="9"), live("n2", {}, rv="6")])
 
 
 class FakeWriter:

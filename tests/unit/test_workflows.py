@@ -80,3 +80,13 @@ def test_the_pull_request_comment_shows_validation_errors(lab: TestCluster, work
     assert code == 2
     assert "#### reconcile validate" in comment
     assert "`desired/nodes/lab-node-0.yaml:16:" in comment
+
+
+def test_the_workflows_pass_actionlint() -> None:
+    """Syntax, expressions, shell scripts, and actions on a runtime GitHub removed."""
+    actionlint = shutil.which("actionlint") or str(Path(sys.executable).parent / "actionlint")
+    workflows = sorted(str(p) for p in (REPO / ".github" / "workflows").glob("*.yml"))
+    result = subprocess.run(
+        [actionlint, "-no-color", *workflows], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

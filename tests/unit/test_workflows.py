@@ -42,14 +42,15 @@ def test_the_plan_workflow_plans_with_the_apply_prune_policy() -> None:
     assert _prune_policy(command.split()) == ["--prune"]
 
 
-def _run_plan_step(work: Path, kubeconfig: Path) -> tuple[int, str]:
-    """The workflow's plan step as the runner runs it: bash, with the kubeconfig secret."""
+def _run_plan_step(work: Path, kubeconfig: Path | None) -> tuple[int, str]:
+    """The workflow's plan step as the runner runs it: bash, with the kubeconfig secret
+    (none, as on a fork's pull request, when `kubeconfig` is None)."""
     script = _step("plan.yml", "plan")["run"]
     bin_dir = Path(sys.executable).parent
     env = {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "HOME": str(work),
-        "KUBECONFIG_DATA": kubeconfig.read_text(),
+        "KUBECONFIG_DATA": kubeconfig.read_text() if kubeconfig is not None else "",
         "RUNNER_TEMP": str(work),
         "GITHUB_STEP_SUMMARY": str(work / "summary.md"),
         "NO_COLOR": "1",
@@ -90,3 +91,17 @@ def test_the_workflows_pass_actionlint() -> None:
         [actionlint, "-no-color", *workflows], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_forks_pull_request_runs_what_needs_no_cluster(workdir: Path) -> None:
+    code, comment = _run_plan_step(workdir, None)
+    assert code == 0
+    assert "#### reconcile validate" in comment
+    assert "#### reconcile placement (against desired/nodes alone)" in comment
+    assert "Pod/nfd-lab/a100-job lab-node-0" in comment
+    assert "The cluster plan runs once a maintainer approves this run" in comment
+
+    node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    node_file.write_text(node_file.read_text().replace('gpu.count: "4"', "gpu.count: 4"))
+    code, comment = _run_plan_step(workdir, None)
+    assert code == 2  # still fails on what must not merge

@@ -304,7 +304,7 @@ class _Main(click.Group):
     cls=_Main,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(package_name="reconcile", prog_name="reconcile")
+@click.version_option(package_name="reconcile-gpu", prog_name="reconcile")
 def main() -> None:
     """Git as the source of truth for GPU node labels, driver images and workloads.
 

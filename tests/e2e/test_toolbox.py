@@ -603,7 +603,8 @@ def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
     [wheel] = dist.glob("*.whl")
     [sdist] = dist.glob("*.tar.gz")
     assert (
-        wheel.name == "reconcile-0.1.0-py3-none-any.whl" and sdist.name == "reconcile-0.1.0.tar.gz"
+        wheel.name == "reconcile_gpu-0.1.0-py3-none-any.whl"
+        and sdist.name == "reconcile_gpu-0.1.0.tar.gz"
     )
 
     venv = tmp_path / "venv"
@@ -637,9 +638,9 @@ def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
             "-c",
             "import reconcile, importlib.metadata as m, importlib.resources as r;"
             "print(reconcile.__file__);"
-            "print(m.version('reconcile'));"
+            "print(m.version('reconcile-gpu'));"
             "print(sorted(p.name for p in r.files('reconcile').joinpath('schemas').iterdir()));"
-            "print(sorted(str(d).split(';')[0] for d in m.requires('reconcile') if 'extra' not in str(d)))",
+            "print(sorted(str(d).split(';')[0] for d in m.requires('reconcile-gpu') if 'extra' not in str(d)))",
         ],
         cwd=tmp_path,  # not the checkout: the import must come from the wheel
         capture_output=True,

@@ -21,6 +21,7 @@ import yaml
 
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.selector import SelectorError, parse
+from reconcile.kube.validation import FieldError
 from reconcile.sandbox import defaults, disruption, fields
 from reconcile.sandbox.errors import (
     ApiStatus,
@@ -98,6 +99,49 @@ class SandboxApi:
         if encoded is None:
             raise not_found(resource, name)
         return encoded
+
+    # --- the scale subresource (autoscaling/v1 Scale of a Deployment, ReplicaSet, ...) ---
+
+    def get_scale(self, resource: Resource, namespace: str, name: str) -> Obj:
+        return _scale(json.loads(self.get(resource, namespace, name)))
+
+    def set_scale(
+        self,
+        resource: Resource,
+        namespace: str,
+        name: str,
+        scale: Obj,
+        *,
+        manager: str | None,
+        dry_run: bool,
+    ) -> Obj:
+        """Write a Scale's spec.replicas to its object (as kube-apiserver's scale REST)."""
+        replicas = (scale.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise invalid_object(
+                resource,
+                name,
+                [
+                    FieldError(
+                        "Invalid value",
+                        "spec.replicas",
+                        replicas,
+                        "must be greater than or equal to 0",
+                    )
+                ],
+            )
+        body = json.dumps({"spec": {"replicas": replicas}}).encode()
+        _, obj = self.patch(
+            resource,
+            namespace,
+            name,
+            "application/merge-patch+json",
+            body,
+            manager=manager,
+            dry_run=dry_run,
+            force=False,
+        )
+        return _scale(obj)
 
     def list(
         self,
@@ -639,3 +683,22 @@ def _matcher(
         return all((_field_value(obj, f) == v) != negate for f, v, negate in terms)
 
     return match
+
+
+def _scale(obj: Obj) -> Obj:
+    metadata = obj["metadata"]
+    selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            k: metadata[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in metadata
+        },
+        "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+        "status": {
+            "replicas": (obj.get("status") or {}).get("replicas", 0),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
+        },
+    }

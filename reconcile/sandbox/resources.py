@@ -136,10 +136,37 @@ RESOURCES: Final[tuple[Resource, ...]] = (
         categories=_ALL,
     ),
     _r("", "v1", "serviceaccounts", "ServiceAccount", True, "sa", generation=False),
-    _r("apps", "v1", "deployments", "Deployment", True, "deploy", sub=("status",), categories=_ALL),
-    _r("apps", "v1", "replicasets", "ReplicaSet", True, "rs", sub=("status",), categories=_ALL),
+    _r(
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        True,
+        "deploy",
+        sub=("status", "scale"),
+        categories=_ALL,
+    ),
+    _r(
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        True,
+        "rs",
+        sub=("status", "scale"),
+        categories=_ALL,
+    ),
     _r("apps", "v1", "daemonsets", "DaemonSet", True, "ds", sub=("status",), categories=_ALL),
-    _r("apps", "v1", "statefulsets", "StatefulSet", True, "sts", sub=("status",), categories=_ALL),
+    _r(
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        True,
+        "sts",
+        sub=("status", "scale"),
+        categories=_ALL,
+    ),
     _r("batch", "v1", "jobs", "Job", True, sub=("status",), categories=_ALL),
     _r("batch", "v1", "cronjobs", "CronJob", True, "cj", sub=("status",), categories=_ALL),
     _r("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, "pdb", sub=("status",)),
@@ -232,7 +259,19 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             entry["categories"] = list(r.categories)
         entries.append(entry)
         for sub in r.subresources:
-            if sub == "eviction":
+            if sub == "scale":
+                entries.append(
+                    {
+                        "name": f"{r.plural}/scale",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "autoscaling",
+                        "version": "v1",
+                        "kind": "Scale",
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+            elif sub == "eviction":
                 entries.append(
                     {
                         "name": f"{r.plural}/eviction",

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from reconcile.sandbox import resources, tables
+from reconcile.sandbox import patch, resources, tables
 from reconcile.sandbox.api import SandboxApi
 from reconcile.sandbox.errors import (
     ApiStatus,
@@ -252,6 +252,8 @@ class Handler(BaseHTTPRequestHandler):
         api = self.server.api
         resource, name = route.resource, route.name
         namespace = route.namespace or ""
+        if route.subresource == "scale" and name is not None:
+            return self._scale(method, route, name, query, body, record)
         if method == "GET":
             as_table = tables.wants_table(self.headers.get("Accept") or "")
             if name is None:
@@ -338,6 +340,49 @@ class Handler(BaseHTTPRequestHandler):
                 resource, namespace, name, dry_run=dry_run, grace=_grace(query, body)
             )
         raise method_not_allowed(f"{method} is not supported")
+
+    def _scale(
+        self,
+        method: str,
+        route: Route,
+        name: str,
+        query: dict[str, str],
+        body: bytes,
+        record: dict[str, Any],
+    ) -> tuple[int, Any]:
+        """The scale subresource: an autoscaling/v1 Scale of the object (`kubectl scale`
+        patches it), written back to the object's spec.replicas."""
+        api, resource, namespace = self.server.api, route.resource, route.namespace or ""
+        current = api.get_scale(resource, namespace, name)
+        if method == "GET":
+            return 200, current
+        if method == "PUT":
+            wanted = self._json(body)
+        elif method == "PATCH":
+            content_type = record["content_type"]
+            try:
+                document = json.loads(body or b"null")
+            except ValueError:
+                raise bad_request("the patch is not JSON") from None
+            if content_type == "application/json-patch+json":
+                wanted = patch.json_patch(current, document)
+            elif content_type in (
+                "application/merge-patch+json",
+                "application/strategic-merge-patch+json",
+            ):
+                wanted = patch.merge_patch(current, document)
+            else:
+                raise unsupported_media_type(content_type)
+        else:
+            raise method_not_allowed(f"{method} is not supported on {resource.plural}/scale")
+        return 200, api.set_scale(
+            resource,
+            namespace,
+            name,
+            wanted if isinstance(wanted, dict) else {},
+            manager=self._manager(query),
+            dry_run=_dry_run(query),
+        )
 
     def _page(self, route: Route, query: dict[str, str]) -> Page:
         try:

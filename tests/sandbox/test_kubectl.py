@@ -269,3 +269,26 @@ def test_create_in_a_missing_namespace(lab: TestCluster) -> None:
     result = kubectl(lab, "create", "-f", "-", stdin=pod)
     assert result.returncode == 1
     assert 'namespaces "nowhere" not found' in result.stderr
+
+
+def test_kubectl_scale_goes_through_the_scale_subresource(lab: TestCluster) -> None:
+    result = kubectl(lab, "-n", "gpu-drv", "scale", "deployment", "trainer", "--replicas=3")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "deployment.apps/trainer scaled"
+    _, deployment = lab.raw("GET", "/apis/apps/v1/namespaces/gpu-drv/deployments/trainer")
+    assert deployment["spec"]["replicas"] == 3
+
+    code, scale = lab.raw("GET", "/apis/apps/v1/namespaces/gpu-drv/deployments/trainer/scale")
+    assert code == 200
+    assert (scale["kind"], scale["apiVersion"], scale["spec"]) == (
+        "Scale",
+        "autoscaling/v1",
+        {"replicas": 3},
+    )
+    assert scale["status"]["selector"] == "app=trainer"
+    code, refused = lab.raw(
+        "PUT",
+        "/apis/apps/v1/namespaces/gpu-drv/deployments/trainer/scale",
+        {**scale, "spec": {"replicas": -1}},
+    )
+    assert (code, refused["reason"]) == (422, "Invalid")

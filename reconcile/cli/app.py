@@ -189,6 +189,24 @@ def stoppable() -> Iterator[list[int]]:
             signal.signal(number, handler)
 
 
+class Phases:
+    """The step a long command is at, as one line on stderr when stderr is a terminal
+    (never in a pipe or a log); cleared when the command has its answer."""
+
+    def __init__(self) -> None:
+        self.shown = sys.stderr.isatty()
+
+    def __call__(self, name: str) -> None:
+        if self.shown:
+            sys.stderr.write(f"\r\x1b[K{name}...")
+            sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+
+
 def progress_bar(noun: str) -> Callable[[int, int], None] | None:
     """A one-line counter on stderr, when stderr is a terminal."""
     err = sys.stderr

@@ -15,6 +15,7 @@ from reconcile.cli.app import (
     ALL_FORMATS,
     DRIFT_FORMATS,
     Globals,
+    Phases,
     common_options,
     desired_problems,
     duration,
@@ -83,13 +84,21 @@ def _plan_request(
 
 def gpu_plan(cluster: Cluster, request: PlanRequest) -> Plan:
     """The plan operation with the GPU domain's policy and checks: what `plan` and
-    `apply` run."""
+    `apply` run, each step shown on a terminal."""
     from reconcile.engine import operations
     from reconcile.gpu import checks as gpu
 
-    return operations.plan(
-        request, cluster, policy=gpu.policy(request.desired), checks=gpu.ALL_CHECKS
-    )
+    phases = Phases()
+    try:
+        return operations.plan(
+            request,
+            cluster,
+            policy=gpu.policy(request.desired),
+            checks=gpu.ALL_CHECKS,
+            phase=phases,
+        )
+    finally:
+        phases.done()
 
 
 def _prune_options(command: F) -> F:

@@ -82,10 +82,13 @@ def plan(
     *,
     policy: NodePolicy = NO_POLICY,
     checks: Sequence[Check] = ENGINE_CHECKS,
+    phase: Callable[[str], None] = lambda name: None,
 ) -> Plan:
     """Label drift for the nodes, the workload objects by server-side dry-run, the
-    findings of every check on the projected state, bound to the cluster and the tree."""
+    findings of every check on the projected state, bound to the cluster and the tree.
+    `phase` hears the name of each step as it starts (for a progress line)."""
     state = request.desired
+    phase("reading nodes")
     server, uid = cluster.identity()
     live = cluster.list_nodes()
     node_part = build_plan(
@@ -98,6 +101,7 @@ def plan(
     )
     # The inventory is read even with nothing declared: what a prune would delete is
     # always known, and deleting all of it is refused unless asked for.
+    phase(f"planning {len(state.manifests)} object(s) by server-side dry-run")
     objects = plan_objects(
         state,
         cluster,
@@ -114,6 +118,7 @@ def plan(
         objects=tuple(objects.objects),
         read_pods=lambda: list(cluster.list_all("/api/v1/pods")),
     )
+    phase("checking the change")
     findings = [*objects.findings, *run_checks(checks, projection)]
     the_plan = node_part.model_copy(
         update={

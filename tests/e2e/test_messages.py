@@ -4,7 +4,10 @@ server, the request and the next step, and no repeated prefixes."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -144,3 +147,40 @@ def test_the_json_plan_names_where_each_node_is_declared(lab: TestCluster, workd
     assert (
         node["source"] == f"desired/nodes/lab-node-1.yaml:{lines.index('  name: lab-node-1') + 1}:9"
     )
+
+
+def test_a_progress_line_shows_on_a_terminal_and_never_in_a_pipe(
+    lab: TestCluster, workdir: Path
+) -> None:
+    """stderr a terminal (a pty): each step of the plan is shown, then cleared; stdout
+    stays the drift lines. In a pipe (every other test) no such line appears."""
+    import pty
+
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "KUBECONFIG": str(lab.kubeconfig), "NO_COLOR": "1", "HOME": str(workdir)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "reconcile", "plan"],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=secondary,
+    )
+    os.close(secondary)
+    out, _ = process.communicate(timeout=60)
+    terminal = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        terminal += chunk
+    os.close(primary)
+    assert out.decode().splitlines() == ["lab-node-1 nvidia.com/gpu.count 2"]
+    assert b"reading nodes..." in terminal
+    assert b"planning 11 object(s) by server-side dry-run..." in terminal
+    assert terminal.endswith(b"\r\x1b[K")  # cleared when the answer is there
+
+    piped = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert "reading nodes" not in piped.stderr

@@ -83,6 +83,19 @@ def requests_by_verb(sandbox: Sandbox) -> Counter[str]:
     return Counter(f"{r.verb} {r.resource}" for r in sandbox.requests)
 
 
+def validate_and_plan(root: Path, kubeconfig: Path, sandbox: Sandbox, total: int) -> None:
+    """`validate` (offline), then `plan` of a cluster in sync, with its requests."""
+    elapsed, result = run(["validate"], root, kubeconfig)
+    print(f"validate: {elapsed:.2f}s (exit {result.returncode}, no requests)")
+    sandbox.clear_requests()
+    elapsed, result = run(["plan"], root, kubeconfig)
+    counts = requests_by_verb(sandbox)
+    print(
+        f"plan (in sync): {elapsed:.2f}s, exit {result.returncode}, requests {dict(counts)} "
+        f"(target: {math.ceil(total / 500)} LISTs)"
+    )
+
+
 def bench_plan_apply(total: int, labels: int, drift: float) -> None:
     print(f"## plan/apply: {total} nodes x {labels} declared labels, {drift:.0%} drifted")
     started = time.perf_counter()
@@ -93,16 +106,7 @@ def bench_plan_apply(total: int, labels: int, drift: float) -> None:
         write_desired(root, total, labels)
         kubeconfig = sandbox.write_kubeconfig(root / "kubeconfig")
 
-        elapsed, result = run(["validate"], root, kubeconfig)
-        print(f"validate: {elapsed:.2f}s (exit {result.returncode}, no requests)")
-
-        sandbox.clear_requests()
-        elapsed, result = run(["plan"], root, kubeconfig)
-        counts = requests_by_verb(sandbox)
-        print(
-            f"plan (in sync): {elapsed:.2f}s, exit {result.returncode}, requests {dict(counts)} "
-            f"(target: {math.ceil(total / 500)} LISTs)"
-        )
+        validate_and_plan(root, kubeconfig, sandbox, total)
 
         drifted = int(total * drift)
         for i in range(drifted):
@@ -162,15 +166,7 @@ def bench_groups(total: int, labels: int) -> None:
         root = Path(scratch)
         write_groups(root, labels)
         kubeconfig = sandbox.write_kubeconfig(root / "kubeconfig")
-        elapsed, result = run(["validate"], root, kubeconfig)
-        print(f"validate: {elapsed:.2f}s (exit {result.returncode}, no requests)")
-        sandbox.clear_requests()
-        elapsed, result = run(["plan"], root, kubeconfig)
-        counts = requests_by_verb(sandbox)
-        print(
-            f"plan (in sync): {elapsed:.2f}s, exit {result.returncode}, requests {dict(counts)} "
-            f"(target: {math.ceil(total / 500)} LISTs)"
-        )
+        validate_and_plan(root, kubeconfig, sandbox, total)
     sandbox.stop()
 
 

@@ -130,7 +130,7 @@ def parse_inventory_entry(entry: str) -> tuple[str, str, str, str] | None:
     return api_version, kind, "" if namespace == "-" else namespace, name
 
 
-def reconcile_fields(live: dict[str, Any]) -> dict[str, Any] | None:
+def reconcile_fields(live: Mapping[str, Any]) -> dict[str, Any] | None:
     """FieldsV1 of reconcile's own apply entry in the live object, if any."""
     for entry in (live.get("metadata") or {}).get("managedFields") or ():
         if entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Apply":
@@ -293,11 +293,7 @@ def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[ObjectId, dict
 def _object_plan(
     target: _Target, action: str, *, version: str | None = None, changes: Iterable[FieldChange] = ()
 ) -> ObjectPlan:
-    if target.sensitive:
-        changes = [
-            c.model_copy(update={"sensitive": True}) if sensitive.is_sensitive_path(c.path) else c
-            for c in changes
-        ]
+    changes = _marked(changes, is_sensitive=target.sensitive)
     return ObjectPlan(
         apiVersion=target.resource.api_version,
         kind=target.resource.kind,
@@ -314,27 +310,48 @@ def _object_plan(
     )
 
 
+def _marked(changes: Iterable[FieldChange], *, is_sensitive: bool) -> list[FieldChange]:
+    """The changes, those of a sensitive object's sensitive fields marked as such."""
+    if not is_sensitive:
+        return list(changes)
+    return [
+        c.model_copy(update={"sensitive": True}) if sensitive.is_sensitive_path(c.path) else c
+        for c in changes
+    ]
+
+
 class _Compared:
     """What drift is computed from: for a sensitive object, copies whose values are
     digests salted with the live object's UID (the same salt on every side, so equal
     values still compare equal)."""
 
-    def __init__(self, target: _Target, live: Mapping[str, Any]) -> None:
-        self.target = target
+    def __init__(
+        self, config: Mapping[str, Any], live: Mapping[str, Any], *, is_sensitive: bool
+    ) -> None:
+        self.config = config
+        self.live = live
+        self.sensitive = is_sensitive
         self.salt = str((live.get("metadata") or {}).get("uid") or "")
 
     def __call__(self, obj: Mapping[str, Any]) -> dict[str, Any]:
-        if not self.target.sensitive:
+        if not self.sensitive:
             return dict(obj)
         return sensitive.masked(obj, self.salt)
 
     def scope(self) -> dict[str, Any]:
         """The fields the configuration sets, for scoping drift."""
-        config = self(self.target.config)
-        return sensitive.secret_scope(config) if self.target.sensitive else config
+        config = self(self.config)
+        return sensitive.secret_scope(config) if self.sensitive else config
 
-    def manifest_drift(self, live: Mapping[str, Any]) -> list[FieldChange]:
-        return manifest_drift(self(self.target.config), self(live))
+    def manifest_drift(self) -> list[FieldChange]:
+        return manifest_drift(self(self.config), self(self.live))
+
+    def update_drift(self, result: Mapping[str, Any]) -> list[FieldChange]:
+        """What the dry-run `result` of applying the configuration changes in the live
+        object, among the fields reconcile sets or set before."""
+        return object_drift(
+            self.scope(), self(self.live), self(result), owned=reconcile_fields(self.live)
+        )
 
 
 def _plan_create(
@@ -378,13 +395,13 @@ def _plan_update(
     recreate: bool,
 ) -> None:
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")
-    compared = _Compared(target, live)
+    compared = _Compared(target.config, live, is_sensitive=target.sensitive)
     try:
         result = cluster.apply_object(target.resource, target.config, dry_run=True, force=force)
     except Conflict as e:
         if recreate and _needs_recreate(target, cluster):
             # Deleted and created anew: whoever owned its fields does not matter.
-            changes = compared.manifest_drift(live)
+            changes = compared.manifest_drift()
             planning.objects.append(
                 _object_plan(target, "recreate", version=version, changes=changes)
             )
@@ -398,11 +415,11 @@ def _plan_update(
             )
         )
         planning.objects.append(
-            _object_plan(target, "update", version=version, changes=compared.manifest_drift(live))
+            _object_plan(target, "update", version=version, changes=compared.manifest_drift())
         )
         return
     except Invalid as e:
-        changes = compared.manifest_drift(live)
+        changes = compared.manifest_drift()
         if is_immutable(e):
             if recreate:
                 planning.objects.append(
@@ -426,9 +443,7 @@ def _plan_update(
     except ApiError as e:
         planning.findings.append(_finding("object-invalid", target, e.message or str(e), live=live))
         return
-    changes = object_drift(
-        compared.scope(), compared(live), compared(result), owned=reconcile_fields(live)
-    )
+    changes = compared.update_drift(result)
     if changes:
         planning.objects.append(_object_plan(target, "update", version=version, changes=changes))
 
@@ -681,19 +696,11 @@ def replan_object(
     if live is None:
         return obj.model_copy(update={"action": "create", "resourceVersion": None, "changes": ()})
     result = cluster.apply_object(obj.resource, config, dry_run=True)
-    if sensitive.is_sensitive(obj.apiVersion, obj.kind):
-        salt = str((live.get("metadata") or {}).get("uid") or "")
-        changes = [
-            c.model_copy(update={"sensitive": True}) if sensitive.is_sensitive_path(c.path) else c
-            for c in object_drift(
-                sensitive.secret_scope(sensitive.masked(config, salt)),
-                sensitive.masked(live, salt),
-                sensitive.masked(result, salt),
-                owned=reconcile_fields(live),
-            )
-        ]
-    else:
-        changes = object_drift(config, live, result, owned=reconcile_fields(live))
+    is_sensitive = sensitive.is_sensitive(obj.apiVersion, obj.kind)
+    changes = _marked(
+        _Compared(config, live, is_sensitive=is_sensitive).update_drift(result),
+        is_sensitive=is_sensitive,
+    )
     if not changes:
         return None
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")

@@ -459,6 +459,17 @@ class Cluster:
         force: bool = False,
     ) -> dict[str, Any]:
         """Server-side apply as field manager `reconcile` (conflicts are a 409 unless forced)."""
+        return self._apply(resource, body, dry_run=dry_run, force=force)[1]
+
+    def apply_created(self, resource: ApiResource, body: dict[str, Any], *, force: bool) -> bool:
+        """Server-side apply of an object planned as new: True when this request created
+        it (201), False when it already existed (200: someone else created it first)."""
+        status, _ = self._apply(resource, body, dry_run=False, force=force)
+        return status == 201
+
+    def _apply(
+        self, resource: ApiResource, body: dict[str, Any], *, dry_run: bool, force: bool
+    ) -> tuple[int, dict[str, Any]]:
         metadata = body.get("metadata") or {}
         path = _object_path(
             resource, str(metadata.get("namespace") or ""), str(metadata.get("name"))
@@ -468,20 +479,10 @@ class Cluster:
             "force": "true" if force else None,
             "dryRun": "All" if dry_run else None,
         }
-        return dict(self.request("PATCH", path, query=query, body=body, content_type=APPLY_PATCH))
-
-    def apply_created(self, resource: ApiResource, body: dict[str, Any], *, force: bool) -> bool:
-        """Server-side apply of an object planned as new: True when this request created
-        it (201), False when it already existed (200: someone else created it first)."""
-        metadata = body.get("metadata") or {}
-        path = _object_path(
-            resource, str(metadata.get("namespace") or ""), str(metadata.get("name"))
-        )
-        query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else None}
-        status, _ = self.request_with_status(
+        status, answer = self.request_with_status(
             "PATCH", path, query=query, body=body, content_type=APPLY_PATCH
         )
-        return status == 201
+        return status, dict(answer)
 
     # --- pods, budgets, evictions ---------------------------------------------------------
 

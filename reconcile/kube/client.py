@@ -570,37 +570,38 @@ class Discovery:
             preferred = (group.get("preferredVersion") or {}).get("groupVersion")
             if preferred:
                 versions.append(str(preferred))
-        found = []
-        for api_version in versions:
-            group, _, version = api_version.rpartition("/")
-            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
-            try:
-                document = self.cluster.request("GET", path)
-            except NotFound:
-                continue
-            for entry in document.get("resources") or ():
-                if "/" in entry.get("name", "") or not entry.get("namespaced"):
-                    continue
-                if "list" not in (entry.get("verbs") or ()):
-                    continue
-                found.append(ApiResource(group, version, entry["name"], entry["kind"], True))
-        return found
+        return [
+            resource
+            for api_version in versions
+            for resource, verbs in self._resources(api_version) or ()
+            if resource.namespaced and "list" in verbs
+        ]
 
     def _fetch(self, api_version: str) -> dict[str, ApiResource] | None:
+        resources = self._resources(api_version)
+        if resources is None:
+            return None
+        return {resource.kind: resource for resource, _ in resources}
+
+    def _resources(self, api_version: str) -> list[tuple[ApiResource, list[str]]] | None:
+        """The resources one group-version serves, subresources left out, each with its
+        verbs; None when the server does not serve that group-version."""
         group, _, version = api_version.rpartition("/")
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
             document = self.cluster.request("GET", path)
         except NotFound:
             return None
-        found = {}
-        for entry in document.get("resources") or ():
-            if "/" in entry.get("name", ""):
-                continue  # a subresource
-            found[entry["kind"]] = ApiResource(
-                group, version, entry["name"], entry["kind"], bool(entry.get("namespaced"))
+        return [
+            (
+                ApiResource(
+                    group, version, entry["name"], entry["kind"], bool(entry.get("namespaced"))
+                ),
+                list(entry.get("verbs") or ()),
             )
-        return found
+            for entry in document.get("resources") or ()
+            if "/" not in entry.get("name", "")
+        ]
 
 
 def _skips_tls_verification(configuration: Configuration) -> bool:

@@ -50,6 +50,18 @@ class FactRule:
             return {k: v for k, v in node.annotations.items() if k not in INVENTORIES}
         return {taint_key(t): str(t.get("value") or "") for t in node.taints}
 
+    def get(self, node: LiveNode, key: str) -> str | None:
+        """The live value of one key, None when the node does not carry it: what
+        `live(node).get(key)` answers, without copying the node's facts."""
+        if self.fact is Fact.LABEL:
+            return node.labels.get(key)
+        if self.fact is Fact.ANNOTATION:
+            return None if key in INVENTORIES else node.annotations.get(key)
+        for taint in reversed(node.taints):  # the last of a key wins, as in live()
+            if taint_key(taint) == key:
+                return str(taint.get("value") or "")
+        return None
+
     def desired(self, node: DesiredNode) -> Mapping[str, str | None]:
         """key -> value (None: must be absent) that desired/ declares."""
         if self.fact is Fact.LABEL:

@@ -99,8 +99,7 @@ class NodePlan(_Frozen):
 
     def converged(self, live: LiveNode) -> list[NodeChange]:
         """Changes the live node does not carry (an empty list when all took effect)."""
-        facts = {rule.fact: rule.live(live) for rule in RULES}
-        return [c for c in self.changes if facts[c.fact].get(c.key) != c.after]
+        return [c for c in self.changes if BY_FACT[c.fact].get(live, c.key) != c.after]
 
 
 class MissingNode(_Frozen):
@@ -342,7 +341,7 @@ def _refuse_empty_label_prune(
 
 def _live_value(node: LiveNode, shown: str) -> str | None:
     fact, key = parse_shown_key(shown)
-    return BY_FACT[fact].live(node).get(key)
+    return BY_FACT[fact].get(node, key)
 
 
 def build_plan(

@@ -16,6 +16,7 @@ from reconcile.diagnostics import ReconcileError, Severity, Source, StalePlan
 from reconcile.engine.apply import ApplyResult, NodeResult, ObjectResult, apply_plan, check_fresh
 from reconcile.engine.checks import Projection
 from reconcile.engine.diff import Action, LabelChange, label_drift
+from reconcile.engine.facts import BY_FACT, RULES, Fact
 from reconcile.engine.plan import INVENTORY_ANNOTATION, ClusterIdentity, Plan, build_plan
 from reconcile.gpu.checks import GpuPolicy, driver_coverage
 from reconcile.gpu.provenance import label_fights
@@ -590,3 +591,23 @@ def test_wide_object_lines_add_the_live_value() -> None:
         "Deployment/gpu-drv/trainer spec.replicas 3 4"
     ]
     assert object_lines(TRAINER_REPLICAS) == ["Deployment/gpu-drv/trainer spec.replicas 3"]
+
+
+def test_one_live_fact_reads_as_the_whole_live_map_does() -> None:
+    node = LiveNode(
+        name="n1",
+        resource_version="1",
+        labels={"a.io/x": "1", "a.io/empty": ""},
+        annotations={"a.io/note": "n", INVENTORY_ANNOTATION: "a.io/x"},
+        taints=(
+            {"key": "gpu", "value": "old", "effect": "NoSchedule"},
+            {"key": "gpu", "value": "new", "effect": "NoSchedule"},
+            {"key": "bare", "effect": "NoExecute"},
+        ),
+    )
+    for rule in RULES:
+        facts = rule.live(node)
+        keys = [*facts, "a.io/missing", INVENTORY_ANNOTATION, "gpu", "gpu:NoExecute"]
+        assert {k: rule.get(node, k) for k in keys} == {k: facts.get(k) for k in keys}
+    assert BY_FACT[Fact.ANNOTATION].get(node, INVENTORY_ANNOTATION) is None
+    assert BY_FACT[Fact.TAINT].get(node, "gpu:NoSchedule") == "new"

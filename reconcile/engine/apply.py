@@ -32,7 +32,7 @@ from reconcile.diagnostics import Conflict, NotFound, PlanRefused, ReconcileErro
 from reconcile.engine.checks import NO_POLICY, NodePolicy
 from reconcile.engine.diff import LabelChange
 from reconcile.engine.facts import RULES, Fact, shown_key, taints_after
-from reconcile.engine.groups import node_facts
+from reconcile.engine.groups import compiled, node_facts
 from reconcile.engine.plan import (
     ClusterIdentity,
     MissingNode,
@@ -558,10 +558,15 @@ def _unjustified_nodes(
     plan: Plan, live: list[LiveNode], desired: DesiredState | None
 ) -> Iterator[str]:
     by_name = {node.name: node for node in live}
+    selectors = compiled(desired.groups) if desired is not None else []
     for node_plan in plan.nodes:
         node = by_name.get(node_plan.name)
         inventory = parse_inventory(node.annotations) if node is not None else frozenset()
-        declared = node_facts(desired, node) if desired is not None and node is not None else None
+        declared = (
+            node_facts(desired, node, selectors)
+            if desired is not None and node is not None
+            else None
+        )
         if desired is not None and declared is None:
             yield f"{node_plan.name}: desired/ does not declare this node"
             continue

@@ -90,12 +90,6 @@ def fact_drift(
     return sorted(changes, key=lambda change: change.key)
 
 
-def label_drift(
-    desired: Mapping[str, str | None], live: Mapping[str, str], prune: Iterable[str] = ()
-) -> list[NodeChange]:
-    return fact_drift(Fact.LABEL, desired, live, prune)
-
-
 class FieldChange(BaseModel):
     """One field of a workload object that apply changes: the full before and after."""
 

@@ -15,7 +15,7 @@ from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.diagnostics import ReconcileError, Severity, Source, StalePlan
 from reconcile.engine.apply import ApplyResult, NodeResult, ObjectResult, apply_plan, check_fresh
 from reconcile.engine.checks import Projection
-from reconcile.engine.diff import Action, LabelChange, label_drift
+from reconcile.engine.diff import Action, LabelChange, fact_drift
 from reconcile.engine.facts import BY_FACT, RULES, Fact
 from reconcile.engine.plan import INVENTORY_ANNOTATION, ClusterIdentity, Plan, build_plan
 from reconcile.gpu.checks import GpuPolicy, driver_coverage
@@ -39,7 +39,8 @@ def live(name: str, labels: dict[str, str], rv: str = "10", **annotations: str) 
 
 
 def test_drift_compares_only_declared_keys_and_keeps_absent_apart_from_empty() -> None:
-    changes = label_drift(
+    changes = fact_drift(
+        Fact.LABEL,
         {"a.io/set": "1", "a.io/empty": "", "a.io/gone": None, "a.io/same": "x"},
         {"a.io/set": "2", "a.io/gone": "", "a.io/same": "x", "a.io/other": "untouched"},
     )

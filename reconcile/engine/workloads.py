@@ -399,53 +399,39 @@ def _plan_update(
     try:
         result = cluster.apply_object(target.resource, target.config, dry_run=True, force=force)
     except Conflict as e:
-        if recreate and _needs_recreate(target, cluster):
-            # Deleted and created anew: whoever owned its fields does not matter.
-            changes = compared.manifest_drift()
-            planning.objects.append(
-                _object_plan(target, "recreate", version=version, changes=changes)
-            )
-            return
-        planning.findings.append(
-            _finding(
-                "object-conflict",
-                target,
-                f"{e.message}; --force-conflicts takes ownership",
-                live=live,
-            )
-        )
-        planning.objects.append(
-            _object_plan(target, "update", version=version, changes=compared.manifest_drift())
-        )
-        return
+        recreatable = recreate and _needs_recreate(target, cluster)
+        refusal = ("object-conflict", f"{e.message}; --force-conflicts takes ownership")
     except Invalid as e:
-        changes = compared.manifest_drift()
-        if is_immutable(e):
-            if recreate:
-                planning.objects.append(
-                    _object_plan(target, "recreate", version=version, changes=changes)
-                )
-                return
+        if not is_immutable(e):
             planning.findings.append(
-                _finding(
-                    "object-immutable",
-                    target,
-                    f"cannot change in place: {e.message}; --recreate deletes and creates it",
-                    live=live,
-                )
-            )
-            planning.objects.append(
-                _object_plan(target, "update", version=version, changes=changes)
+                _finding("object-invalid", target, e.message or str(e), live=live)
             )
             return
-        planning.findings.append(_finding("object-invalid", target, e.message or str(e), live=live))
-        return
+        recreatable = recreate
+        refusal = (
+            "object-immutable",
+            f"cannot change in place: {e.message}; --recreate deletes and creates it",
+        )
     except ApiError as e:
         planning.findings.append(_finding("object-invalid", target, e.message or str(e), live=live))
         return
-    changes = compared.update_drift(result)
-    if changes:
-        planning.objects.append(_object_plan(target, "update", version=version, changes=changes))
+    else:
+        changes = compared.update_drift(result)
+        if changes:
+            planning.objects.append(
+                _object_plan(target, "update", version=version, changes=changes)
+            )
+        return
+    # The server refuses the update as it stands: recreate it where allowed (deleted and
+    # created anew, whoever owned its fields does not matter), else say why and show the
+    # manifest's drift.
+    changes = compared.manifest_drift()
+    if recreatable:
+        planning.objects.append(_object_plan(target, "recreate", version=version, changes=changes))
+        return
+    kind, message = refusal
+    planning.findings.append(_finding(kind, target, message, live=live))
+    planning.objects.append(_object_plan(target, "update", version=version, changes=changes))
 
 
 def _needs_recreate(target: _Target, cluster: ObjectCluster) -> bool:

@@ -56,7 +56,24 @@ def walk(root: Path) -> Iterator[tuple[Path, str | None]]:
     """Every entry under `root` that is not a directory, in sorted order, with None for
     a regular file and what it is otherwise. Hidden files and directories are skipped;
     links are reported, never followed (a link to a directory too)."""
-    found: list[tuple[Path, str | None]] = []
+    found = [
+        (path, problem or (None if stat.S_ISREG(mode) else describe(mode)))
+        for path, mode, _, problem in _entries(root)
+    ]
+    yield from sorted(found, key=lambda item: item[0])
+
+
+def fingerprint(root: Path) -> tuple[object, ...]:
+    """What changes whenever a file under `root` may have: the resolved root (a link
+    that git-sync swaps to a new checkout) and each entry's path, size and modification
+    time. Nothing is read or parsed."""
+    entries = sorted((str(path), size, problem) for path, _, size, problem in _entries(root))
+    return (os.path.realpath(root), *entries)
+
+
+def _entries(root: Path) -> Iterator[tuple[Path, int, tuple[int, int], str | None]]:
+    """(path, mode, (size, mtime), problem) of every entry under `root` that is not a
+    directory, unsorted; hidden ones skipped, links never followed."""
     pending = [root]
     while pending:
         directory = pending.pop()
@@ -64,24 +81,21 @@ def walk(root: Path) -> Iterator[tuple[Path, str | None]]:
             with os.scandir(directory) as entries:
                 listed = list(entries)
         except OSError as e:
-            found.append((directory, f"a directory that cannot be read ({e.strerror})"))
+            yield directory, 0, (0, 0), f"a directory that cannot be read ({e.strerror})"
             continue
         for entry in listed:
             if entry.name.startswith("."):
                 continue
             path = directory / entry.name
             try:
-                mode = entry.stat(follow_symlinks=False).st_mode
+                status = entry.stat(follow_symlinks=False)
             except OSError as e:
-                found.append((path, f"cannot be examined ({e.strerror})"))
+                yield path, 0, (0, 0), f"cannot be examined ({e.strerror})"
                 continue
-            if stat.S_ISDIR(mode):
+            if stat.S_ISDIR(status.st_mode):
                 pending.append(path)
-            elif stat.S_ISREG(mode):
-                found.append((path, None))
             else:
-                found.append((path, describe(mode)))
-    yield from sorted(found, key=lambda item: item[0])
+                yield path, status.st_mode, (status.st_size, status.st_mtime_ns), None
 
 
 def read_regular(path: Path) -> bytes:

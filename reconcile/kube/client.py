@@ -49,7 +49,7 @@ from reconcile.diagnostics import (
 )
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
-from reconcile.kube.objects import FIELD_MANAGER, ApiResource, LiveNode
+from reconcile.kube.objects import FIELD_MANAGER, ApiResource, LiveNode, NodeEvent
 from reconcile.kube.validation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 
 PAGE_SIZE: Final = 500
@@ -406,13 +406,67 @@ class Cluster:
         self, path: str, *, page_size: int = PAGE_SIZE, **query: Any
     ) -> Iterator[dict[str, Any]]:
         """Every item of a collection, one page at a time (ceil(N / page_size) requests)."""
+        for page in self._pages(path, page_size=page_size, **query):
+            yield from page.get("items") or ()
+
+    def _pages(
+        self, path: str, *, page_size: int = PAGE_SIZE, **query: Any
+    ) -> Iterator[dict[str, Any]]:
         token: str | None = None
         while True:
             page = self.request("GET", path, query={**query, "limit": page_size, "continue": token})
-            yield from page.get("items") or ()
+            yield page
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return
+
+    def watch(
+        self, path: str, *, resource_version: str, timeout_seconds: int = 300, **query: Any
+    ) -> Iterator[WatchEvent]:
+        """The changes to a collection after `resource_version`, as the server streams them
+        (bookmarks on), until it ends the stream after `timeout_seconds`. WatchExpired when
+        the server no longer keeps that version (LIST again); ClusterUnreachable when the
+        stream breaks."""
+        params = {
+            **query,
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": timeout_seconds,
+        }
+        method, url, headers, _, _ = self.api_client.param_serialize(
+            "GET",
+            path,
+            query_params=[(k, v) for k, v in params.items() if v is not None],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        described = _Request(self.server, "GET", f"{path}?watch=true", self.request_timeout)
+        with self._lock:
+            self.requests += 1
+        # The read timeout outlasts the server's own end of the stream.
+        read = timeout_seconds + (self.request_timeout or 30.0)
+        connect = self.request_timeout or 30.0
+
+        def opened() -> Any:
+            response = self.api_client.call_api(
+                method, url, header_params=headers, _request_timeout=(connect, read)
+            )
+            if not 200 <= response.status <= 299:
+                response.read()
+                raise ApiException.from_response(http_resp=response, body=None, data=None)
+            return response.response
+
+        try:
+            stream = _call(opened, described, self.redactor)
+        except ApiError as e:
+            if e.status == 410:
+                raise WatchExpired(str(e)) from None
+            raise
+        try:
+            yield from _watch_events(_lines(stream), described)
+        finally:
+            stream.release_conn()
 
     # --- nodes --------------------------------------------------------------------------
 
@@ -422,6 +476,25 @@ class Cluster:
         """Every node, one paginated LIST."""
         items = self.list_all("/api/v1/nodes", page_size=page_size, labelSelector=label_selector)
         return [node_from_json(item) for item in items]
+
+    def list_nodes_at(self, *, page_size: int = PAGE_SIZE) -> tuple[list[LiveNode], str]:
+        """Every node, and the resourceVersion of the list: where a watch of them starts."""
+        nodes: list[LiveNode] = []
+        version = ""
+        for page in self._pages("/api/v1/nodes", page_size=page_size):
+            nodes.extend(node_from_json(item) for item in page.get("items") or ())
+            version = str((page.get("metadata") or {}).get("resourceVersion") or version)
+        return nodes, version
+
+    def watch_nodes(
+        self, resource_version: str, *, timeout_seconds: int = 300
+    ) -> Iterator[NodeEvent]:
+        """The nodes' changes after `resource_version` (see `watch`)."""
+        for event in self.watch(
+            "/api/v1/nodes", resource_version=resource_version, timeout_seconds=timeout_seconds
+        ):
+            node = None if event.type == "BOOKMARK" else node_from_json(event.object)
+            yield NodeEvent(event.type, event.resource_version, node)
 
     def get_node(self, name: str) -> LiveNode:
         return node_from_json(self.request("GET", f"/api/v1/nodes/{node_segment(name)}"))
@@ -512,6 +585,21 @@ class Cluster:
         path = _object_path(PODS, namespace, name) + "/eviction"
         self.request("POST", path, body=body)
 
+    # --- leases and events (watch) ----------------------------------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get_object(LEASES, namespace, name)
+
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.request("POST", LEASES.path(namespace_segment(namespace)), body=body))
+
+    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT: the body's metadata.resourceVersion is a precondition (Conflict when stale)."""
+        return dict(self.request("PUT", _object_path(LEASES, namespace, name), body=body))
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self.request("POST", EVENTS.path(namespace_segment(namespace)), body=body)
+
     def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
         """Delete; False when it was already gone (what deleting wanted, done by another)."""
         try:
@@ -519,6 +607,59 @@ class Cluster:
         except NotFound:
             return False
         return True
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event of a watch: ADDED, MODIFIED, DELETED or BOOKMARK, and the object."""
+
+    type: str
+    object: dict[str, Any]
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class WatchExpired(ReconcileError):
+    """410 Gone: the server no longer keeps the resourceVersion a watch asked for."""
+
+
+def _lines(stream: Any) -> Iterator[bytes]:
+    """The newline-delimited JSON documents of a chunked watch answer."""
+    pending = b""
+    for chunk in stream.stream(amt=None, decode_content=True):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        yield from (line for line in complete if line.strip())
+    if pending.strip():
+        yield pending
+
+
+def _watch_events(lines: Iterator[bytes], request: _Request) -> Iterator[WatchEvent]:
+    while True:
+        try:
+            line = next(lines)
+        except StopIteration:
+            return
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise ClusterUnreachable(
+                f"the watch {request.path} on {request.server} broke: {type(e).__name__}"
+            ) from None
+        try:
+            event = json.loads(line)
+        except ValueError:
+            raise ClusterUnreachable(
+                f"the watch {request.path} on {request.server} sent a line that is not JSON"
+            ) from None
+        kind, obj = str(event.get("type") or ""), event.get("object") or {}
+        if kind == "ERROR":
+            status = int(obj.get("code") or 0)
+            message = f"{obj.get('message') or ''} ({status} {obj.get('reason') or ''})"
+            if status == 410:
+                raise WatchExpired(message)
+            raise ApiError(status, str(obj.get("reason") or ""), str(obj.get("message") or ""))
+        yield WatchEvent(kind, obj)
 
 
 def node_segment(name: str) -> str:
@@ -547,6 +688,8 @@ def _object_path(resource: ApiResource, namespace: str, name: str) -> str:
 
 
 PODS: Final = ApiResource("", "v1", "pods", "Pod", namespaced=True)
+LEASES: Final = ApiResource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+EVENTS: Final = ApiResource("events.k8s.io", "v1", "events", "Event", namespaced=True)
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 
 

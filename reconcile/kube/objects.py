@@ -25,6 +25,16 @@ class LiveNode:
 
 
 @dataclass(frozen=True)
+class NodeEvent:
+    """One event of a watch of the nodes: ADDED, MODIFIED or DELETED with the node, or
+    BOOKMARK (no node) marking how far the stream has come."""
+
+    type: str
+    resource_version: str
+    node: LiveNode | None = None
+
+
+@dataclass(frozen=True)
 class ApiResource:
     """A kind as the API server serves it (from discovery)."""
 

@@ -83,14 +83,16 @@ def plan(
     policy: NodePolicy = NO_POLICY,
     checks: Sequence[Check] = ENGINE_CHECKS,
     phase: Callable[[str], None] = lambda name: None,
+    live: Sequence[LiveNode] | None = None,
 ) -> Plan:
     """Label drift for the nodes, the workload objects by server-side dry-run, the
     findings of every check on the projected state, bound to the cluster and the tree.
-    `phase` hears the name of each step as it starts (for a progress line)."""
+    `phase` hears the name of each step as it starts (for a progress line). `live` is
+    the nodes when the caller holds them already (watch follows them), else they are read."""
     state = request.desired
     phase("reading nodes")
     server, uid = cluster.identity()
-    live = cluster.list_nodes()
+    live = list(live) if live is not None else cluster.list_nodes()
     node_part = build_plan(
         state,
         live,

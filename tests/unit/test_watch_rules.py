@@ -1,0 +1,151 @@
+"""The rules `watch` decides by, with a clock the test turns: when a fight with another
+writer is declared and how long it is left alone; who holds the Lease and when it passes."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from reconcile.diagnostics import Conflict
+from reconcile.engine.leader import LeaderElector
+from reconcile.engine.watch import _Flaps
+
+
+def flaps() -> _Flaps:
+    return _Flaps(limit=3, window=600.0, first_backoff=60.0, max_backoff=3600.0)
+
+
+def test_a_fourth_correction_within_ten_minutes_is_a_flap() -> None:
+    rules = flaps()
+    assert [rules.corrected("n", "k", t) for t in (0, 100, 200)] == [None, None, None]
+    assert rules.corrected("n", "k", 300) == 60.0
+    assert rules.holding("n", "k", 359.0) and not rules.holding("n", "k", 360.0)
+    assert not rules.holding("n", "other", 300) and not rules.holding("m", "k", 300)
+
+
+def test_corrections_spread_over_more_than_the_window_never_flap() -> None:
+    rules = flaps()
+    assert all(rules.corrected("n", "k", t * 250.0) is None for t in range(20))
+
+
+def test_the_backoff_doubles_each_time_the_fight_resumes_up_to_an_hour() -> None:
+    rules = flaps()
+    now, backoffs = 0.0, []
+    for _ in range(8):
+        found = None
+        while found is None:
+            found = rules.corrected("n", "k", now)
+            now += 1
+        backoffs.append(found)
+        now += found
+    assert backoffs == [60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 3600.0, 3600.0]
+
+
+def test_a_deleted_node_forgets_its_fights() -> None:
+    rules = flaps()
+    for t in range(4):
+        rules.corrected("n", "k", t)
+    rules.forget("n")
+    assert not rules.holding("n", "k", 5)
+    assert rules.corrected("n", "k", 6) is None
+
+
+class Leases:
+    """A Lease store with the API server's optimistic concurrency (resourceVersion)."""
+
+    def __init__(self) -> None:
+        self.stored: dict[tuple[str, str], dict[str, Any]] = {}
+        self.version = 0
+        self.down = False
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self.stored.get((namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        key = (namespace, body["metadata"]["name"])
+        if key in self.stored:
+            raise Conflict(409, "AlreadyExists", "exists")
+        return self._store(key, body)
+
+    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        current = self.stored[(namespace, name)]
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", "the object has been modified")
+        return self._store((namespace, name), body)
+
+    def _store(self, key: tuple[str, str], body: dict[str, Any]) -> dict[str, Any]:
+        if self.down:
+            from reconcile.diagnostics import ClusterUnreachable
+
+            raise ClusterUnreachable("down")
+        self.version += 1
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        self.stored[key] = stored
+        return copy.deepcopy(stored)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def elector(leases: Leases, clock: Clock, identity: str) -> LeaderElector:
+    return LeaderElector(leases, "reconcile-system", "reconcile", identity, clock=clock)
+
+
+def test_one_holder_at_a_time_and_a_standby_takes_over_an_expired_lease() -> None:
+    leases, clock = Leases(), Clock()
+    a, b = elector(leases, clock, "a"), elector(leases, clock, "b")
+    assert a.try_acquire_or_renew() and a.leading
+    assert not b.try_acquire_or_renew() and not b.leading
+    clock.now += 10
+    assert a.try_acquire_or_renew()  # renewed
+    assert not b.try_acquire_or_renew()  # b saw the record change: the lease is fresh
+    clock.now += 14
+    assert not b.try_acquire_or_renew()  # 14 s since b last saw it change
+    clock.now += 2  # a stopped renewing 16 s ago
+    assert b.try_acquire_or_renew() and b.leading
+    spec = leases.stored[("reconcile-system", "reconcile")]["spec"]
+    assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
+    assert not a.leading  # a has not renewed within its 10 s deadline
+
+
+def test_a_holder_that_cannot_renew_stops_writing_after_the_renew_deadline() -> None:
+    leases, clock = Leases(), Clock()
+    a = elector(leases, clock, "a")
+    assert a.try_acquire_or_renew()
+    leases.down = True
+    clock.now += 5
+    assert a.try_acquire_or_renew()  # still within the deadline
+    clock.now += 6
+    assert not a.leading
+
+
+def test_release_hands_the_lease_on_at_once() -> None:
+    leases, clock = Leases(), Clock()
+    a, b = elector(leases, clock, "a"), elector(leases, clock, "b")
+    changes: list[bool] = []
+    a.on_change = changes.append
+    assert a.try_acquire_or_renew()
+    a.release()
+    assert changes == [True, False]
+    spec = leases.stored[("reconcile-system", "reconcile")]["spec"]
+    assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
+    assert b.try_acquire_or_renew()
+
+
+def test_a_candidate_that_loses_the_race_to_create_the_lease_stands_by() -> None:
+    leases, clock = Leases(), Clock()
+    winner, loser = elector(leases, clock, "a"), elector(leases, clock, "b")
+    real_get = leases.get_lease
+    leases.get_lease = lambda namespace, name: None  # type: ignore[method-assign]
+    assert winner.try_acquire_or_renew()
+    assert not loser.try_acquire_or_renew()  # its create met AlreadyExists
+    leases.get_lease = real_get  # type: ignore[method-assign]
+    assert leases.stored[("reconcile-system", "reconcile")]["spec"]["holderIdentity"] == "a"
+    assert winner.leading and not loser.leading

@@ -202,10 +202,13 @@ def completion(shell: str) -> None:
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.option(
     "--seed",
-    "seed",
+    "seeds",
     required=True,
+    multiple=True,
     metavar="FILE",
-    help="Objects to start with (a List or multi-document YAML); `lab` for the built-in lab cluster.",
+    help="Objects to start with (a List or multi-document YAML); `lab` or `driver-lab` for a "
+    "built-in cluster. Repeat it for several clusters: one API server each, one kubeconfig "
+    "with a context per seed (named after it).",
 )
 @click.option(
     "--port",
@@ -236,7 +239,7 @@ def completion(shell: str) -> None:
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def sandbox(
-    seed: str,
+    seeds: tuple[str, ...],
     port: int,
     kubeconfig_out: Path | None,
     fault_rate: float,
@@ -255,7 +258,7 @@ def sandbox(
 
     with errors_to_exit_codes():
         code = run(
-            seed=seed,
+            seeds=list(seeds),
             port=port,
             kubeconfig_out=kubeconfig_out,
             command=list(command),

@@ -58,9 +58,39 @@ def load_seed(seed: str) -> list[dict[str, Any]]:
     return parse_seed(*seed_text(seed))
 
 
+def context_names(seeds: list[str]) -> list[str]:
+    """One kubeconfig context per seed: `reconcile-sandbox` for a single seed (as ever);
+    with several, the seed's name (a built-in's, or the file's stem), `-2`, `-3` for
+    repeats."""
+    if len(seeds) == 1:
+        return ["reconcile-sandbox"]
+    names: list[str] = []
+    for seed in seeds:
+        base = seed if seed in BUILTIN_SEEDS else Path(seed).stem
+        name, count = base, 1
+        while name in names:
+            count += 1
+            name = f"{base}-{count}"
+        names.append(name)
+    return names
+
+
+def merged_kubeconfig(sandboxes: list[Sandbox], names: list[str]) -> dict[str, Any]:
+    """One kubeconfig with a cluster, user and context per sandbox; the first is current."""
+    merged: dict[str, Any] = {}
+    for sandbox, name in zip(sandboxes, names, strict=True):
+        config = sandbox.kubeconfig(name)
+        if not merged:
+            merged = config
+            continue
+        for section in ("clusters", "users", "contexts"):
+            merged[section] += config[section]
+    return merged
+
+
 def run(
     *,
-    seed: str,
+    seeds: list[str],
     port: int,
     kubeconfig_out: Path | None,
     command: list[str],
@@ -69,20 +99,49 @@ def run(
     fault_seed: int | None = None,
     fault_retry_after: int = 1,
 ) -> int:
+    """Serve one API server per seed (ports from `port` up, or free ones for 0)."""
     from reconcile.sandbox.faults import RandomFaults
 
-    objects = load_seed(seed)
-    faults = (
-        RandomFaults(fault_rate, fault_seed, retry_after=fault_retry_after) if fault_rate else None
-    )
+    names = context_names(seeds)
+    sandboxes: list[Sandbox] = []
+    counts: list[int] = []
     try:
-        sandbox = Sandbox(objects, port=port, faults=faults)
-    except SeedError as e:
-        raise ReconcileError(f"seed {seed}: {e}") from None
-    try:
-        sandbox.start()
-    except OSError as e:
-        raise ReconcileError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
+        for index, seed in enumerate(seeds):
+            objects = load_seed(seed)
+            faults = (
+                RandomFaults(fault_rate, fault_seed, retry_after=fault_retry_after)
+                if fault_rate
+                else None
+            )
+            where = port + index if port else 0
+            try:
+                sandbox = Sandbox(objects, port=where, faults=faults)
+            except SeedError as e:
+                raise ReconcileError(f"seed {seed}: {e}") from None
+            try:
+                sandbox.start()
+            except OSError as e:
+                raise ReconcileError(f"cannot listen on 127.0.0.1:{where}: {e.strerror}") from None
+            sandboxes.append(sandbox)
+            counts.append(len(objects))
+        return _serve(sandboxes, names, counts, kubeconfig_out, command, err)
+    finally:
+        for sandbox in sandboxes:
+            sandbox.stop()
+        if sandboxes:
+            err.write("sandbox: stopped\n")
+
+
+def _serve(
+    sandboxes: list[Sandbox],
+    names: list[str],
+    counts: list[int],
+    kubeconfig_out: Path | None,
+    command: list[str],
+    err: TextIO,
+) -> int:
+    from reconcile.files import write_private
+
     # The handler only flips a flag: taking a lock there (Event.set) can deadlock with the
     # main thread holding that same lock at the moment the signal lands. It is installed
     # before the kubeconfig appears, so whoever waits for that file may signal at once.
@@ -97,10 +156,22 @@ def run(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with tempfile.TemporaryDirectory(prefix="reconcile-sandbox-") as scratch:
-            kubeconfig = sandbox.write_kubeconfig(kubeconfig_out or Path(scratch) / "kubeconfig")
-            err.write(
-                f"sandbox: serving {len(objects)} object(s) on {sandbox.url} (kubeconfig: {kubeconfig})\n"
+            kubeconfig = kubeconfig_out or Path(scratch) / "kubeconfig"
+            # JSON is YAML: kubectl and the client read it as a kubeconfig.
+            write_private(
+                kubeconfig, json.dumps(merged_kubeconfig(sandboxes, names), indent=2) + "\n"
             )
+            if len(sandboxes) == 1:
+                err.write(
+                    f"sandbox: serving {counts[0]} object(s) on {sandboxes[0].url} "
+                    f"(kubeconfig: {kubeconfig})\n"
+                )
+            else:
+                for sandbox, name, count in zip(sandboxes, names, counts, strict=True):
+                    err.write(
+                        f"sandbox: serving {count} object(s) on {sandbox.url} (context {name})\n"
+                    )
+                err.write(f"sandbox: kubeconfig: {kubeconfig}\n")
             err.flush()
             if command:
                 if command[0] == "--":
@@ -117,5 +188,3 @@ def run(
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-        sandbox.stop()
-        err.write("sandbox: stopped\n")

@@ -265,7 +265,7 @@ def parse_yaml(text: str, file: str) -> tuple[list[YamlDocument], list[Diagnosti
 # --- pydantic errors -> diagnostics --------------------------------------------------------
 
 
-def _model_problems(
+def model_problems(
     error: ValidationError, doc: YamlDocument, model: type[BaseModel]
 ) -> list[Diagnostic]:
     found = []
@@ -324,9 +324,50 @@ def _fields_at(model: type[BaseModel], loc: PathT) -> list[str]:
 # --- the desired/ tree ---------------------------------------------------------------------
 
 
+# A document's identity, for overlays to replace or exclude it: (API group, kind,
+# namespace, name).
+Identity = tuple[str, str, str, str]
+# `$patch: delete` in an overlay excludes the base document of the same identity, as in
+# Kustomize's strategic-merge patches.
+PATCH_DIRECTIVE: Final = "$patch"
+
+
+def identity(data: Any) -> Identity | None:
+    """The identity of a raw document, or None when it has none to speak of."""
+    if not isinstance(data, dict) or not isinstance(data.get("metadata"), dict):
+        return None
+    metadata = data["metadata"]
+    api, kind, name = data.get("apiVersion"), data.get("kind"), metadata.get("name")
+    if not (isinstance(api, str) and isinstance(kind, str) and isinstance(name, str)):
+        return None
+    return api.rpartition("/")[0], kind, str(metadata.get("namespace") or ""), name
+
+
+def shown_identity(found: Identity) -> str:
+    _, kind, namespace, name = found
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """Files laid over the base tree (a fleet cluster's overlay): its documents replace
+    base documents of the same identity; `$patch: delete` ones exclude them."""
+
+    root: Path
+    shadowed: frozenset[Identity]
+
+
 class _Loader:
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self,
+        root: Path,
+        entries: list[tuple[Path, str | None, Path]] | None = None,
+        layer: Layer | None = None,
+    ) -> None:
         self.root = root
+        # (file, why it is refused or None, the directory its areas are relative to)
+        self.entries = entries
+        self.layer = layer
         self._cwd = Path.cwd().resolve()
         self._shown_root = diag.relative(root, self._cwd)
         self.problems: list[Diagnostic] = []
@@ -350,11 +391,14 @@ class _Loader:
                 )
             )
             return DesiredState()
-        for path, refused in safefiles.walk(self.root):
+        entries = self.entries
+        if entries is None:
+            entries = [(path, refused, self.root) for path, refused in safefiles.walk(self.root)]
+        for path, refused, base in entries:
             if refused is not None:
                 self._refuse(path, refused)
                 continue
-            relative = path.relative_to(self.root)
+            relative = path.relative_to(base)
             area = relative.parts[0] if len(relative.parts) > 1 else ""
             suffix = path.suffix.lower()
             if area == "nodes" and len(relative.parts) == 2 and suffix in YAML_SUFFIXES:
@@ -443,7 +487,16 @@ class _Loader:
             )
         if problems:
             return  # positions may be off after a syntax or structure error; fix those first
-        yield from documents
+        if self.layer is None:
+            yield from documents
+            return
+        in_layer = path.is_relative_to(self.layer.root)
+        for doc in documents:
+            if in_layer and isinstance(doc.data, dict) and PATCH_DIRECTIVE in doc.data:
+                continue  # an exclusion: checked by the fleet's reader
+            if not in_layer and identity(doc.data) in self.layer.shadowed:
+                continue  # replaced or excluded by the layer
+            yield doc
 
     def _yaml_file(self, path: Path, expected_kind: str) -> None:
         for doc in self._yaml_documents(path, expected_kind):
@@ -481,7 +534,7 @@ class _Loader:
         try:
             model = NodeFeatures.model_validate(doc.data)
         except ValidationError as e:
-            self.problems.extend(_model_problems(e, doc, NodeFeatures))
+            self.problems.extend(model_problems(e, doc, NodeFeatures))
             return
         label_sources = {key: doc.at(("labels", key), key=True) for key in model.labels}
         self._add_node(
@@ -501,7 +554,7 @@ class _Loader:
         try:
             model = NodeGroup.model_validate(doc.data)
         except ValidationError as e:
-            self.problems.extend(_model_problems(e, doc, NodeGroup))
+            self.problems.extend(model_problems(e, doc, NodeGroup))
             return
         where = doc.at(("metadata", "name"))
         first = self._groups.get(model.metadata.name)
@@ -620,7 +673,7 @@ class _Loader:
         try:
             model = DriverSupportMatrix.model_validate(doc.data)
         except ValidationError as e:
-            self.problems.extend(_model_problems(e, doc, DriverSupportMatrix))
+            self.problems.extend(model_problems(e, doc, DriverSupportMatrix))
             return
         for index, image in enumerate(model.rows):
             self._add_row(
@@ -820,6 +873,16 @@ def field_path(field: str) -> PathT:
 def load_desired(root: Path) -> tuple[DesiredState, list[Diagnostic]]:
     """The desired state under `root` and every problem found in it, sorted by position."""
     loader = _Loader(root)
+    state = loader.load()
+    return state, sorted(loader.problems, key=diag.sort_key)
+
+
+def load_with(
+    root: Path, entries: list[tuple[Path, str | None, Path]], layer: Layer
+) -> tuple[DesiredState, list[Diagnostic]]:
+    """The desired state of the given files under `root` (each with the directory its
+    areas are relative to), `layer`'s documents replacing base ones (a fleet cluster)."""
+    loader = _Loader(root, sorted(entries, key=lambda e: e[0]), layer)
     state = loader.load()
     return state, sorted(loader.problems, key=diag.sort_key)
 

@@ -12,7 +12,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from reconcile.diagnostics import Source, nearest
@@ -25,6 +33,7 @@ API_VERSION: Final = f"{API_GROUP}/v1alpha1"
 NODE_FEATURES: Final = "NodeFeatures"
 NODE_GROUP: Final = "NodeGroup"
 DRIVER_SUPPORT_MATRIX: Final = "DriverSupportMatrix"
+FLEET: Final = "Fleet"
 # All annotations of one object together, as the API server counts them (keys and values).
 ANNOTATIONS_MAX_BYTES: Final = 256 * 1024
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -311,10 +320,80 @@ class DriverSupportMatrix(_Strict):
     rows: list[DriverImage] = Field(description="One entry per image tag that exists.")
 
 
+def _check_cluster_name(name: str) -> str:
+    if len(name) > 63 or not re.fullmatch(labels.DNS1123_LABEL_FMT, name):
+        raise PydanticCustomError(
+            "cluster_name",
+            "{name}: a cluster name is a DNS label (lower-case letters, digits and '-', at "
+            "most 63): it names a directory under desired/clusters/ and prefixes output lines",
+            {"name": labels.go_quote(name)},
+        )
+    return name
+
+
+class FleetCluster(_Strict):
+    """One cluster of the fleet and how to reach it."""
+
+    name: Annotated[
+        str,
+        AfterValidator(_check_cluster_name),
+        WithJsonSchema(
+            {"type": "string", "maxLength": 63, "pattern": f"^{labels.DNS1123_LABEL_FMT}$"}
+        ),
+    ] = Field(description="The cluster's name: its overlay is desired/clusters/<name>/.")
+    context: str | None = Field(
+        default=None, min_length=1, description="The kubeconfig context that reaches it."
+    )
+    inCluster: bool = Field(
+        default=False,
+        description="The cluster reconcile runs in (the pod's service account); instead of context.",
+    )
+    wave: int = Field(
+        default=1, ge=0, description="Apply order: waves go in ascending order, one at a time."
+    )
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> FleetCluster:
+        if (self.context is None) == (not self.inCluster):
+            raise PydanticCustomError(
+                "fleet_cluster", "give exactly one of context and inCluster: true"
+            )
+        return self
+
+
+class FleetMeta(_Strict):
+    name: ObjectName = Field(description="The fleet's name.")
+
+
+class Fleet(_Strict):
+    """The clusters one desired/ tree is for: desired/{groups,drivers,workloads} is the base
+    every cluster gets, desired/clusters/<name>/ adds to it and replaces in it."""
+
+    model_config = ConfigDict(title="Fleet")
+
+    apiVersion: Literal["reconcile.dev/v1alpha1"]
+    kind: Literal["Fleet"]
+    metadata: FleetMeta
+    clusters: list[FleetCluster] = Field(min_length=1, description="Each cluster once.")
+
+    @field_validator("clusters")
+    @classmethod
+    def _unique(cls, clusters: list[FleetCluster]) -> list[FleetCluster]:
+        seen: set[str] = set()
+        for cluster in clusters:
+            if cluster.name in seen:
+                raise PydanticCustomError(
+                    "fleet_cluster", "cluster {name} is listed twice", {"name": cluster.name}
+                )
+            seen.add(cluster.name)
+        return clusters
+
+
 KINDS: Final[dict[str, type[_Strict]]] = {
     NODE_FEATURES: NodeFeatures,
     NODE_GROUP: NodeGroup,
     DRIVER_SUPPORT_MATRIX: DriverSupportMatrix,
+    FLEET: Fleet,
 }
 
 

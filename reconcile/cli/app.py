@@ -37,6 +37,7 @@ from reconcile.cli.output import (
 from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError
 
 if TYPE_CHECKING:
+    from reconcile.desired.fleet import DesiredFleet
     from reconcile.desired.models import DesiredState
     from reconcile.kube.client import Cluster
 
@@ -53,12 +54,18 @@ class Globals:
     request_timeout: float = 30.0
     connected: list[Cluster] = dataclasses.field(default_factory=list)
 
-    def connect(self, timeout: float | None = None) -> Cluster:
-        """The cluster; transient failures are retried until `timeout` (overall) runs out."""
+    def connect(self, timeout: float | None = None, target: Target | None = None) -> Cluster:
+        """The cluster (a fleet's `target`); transient failures are retried until `timeout`
+        (overall) runs out."""
         from reconcile.kube.client import Cluster
 
+        in_fleet = target is not None and target.name is not None
         cluster = Cluster.connect(
-            self.kubeconfig, self.context, request_timeout=self.request_timeout, timeout=timeout
+            self.kubeconfig,
+            target.context if target is not None and in_fleet else self.context,
+            request_timeout=self.request_timeout,
+            timeout=timeout,
+            in_cluster=target is not None and target.in_cluster,
         )
         if not cluster.tls_verified and all(c.server != cluster.server for c in self.connected):
             log.warning("TLS verification is off for %s", cluster.server)
@@ -193,8 +200,8 @@ class Phases:
     """The step a long command is at, as one line on stderr when stderr is a terminal
     (never in a pipe or a log); cleared when the command has its answer."""
 
-    def __init__(self) -> None:
-        self.shown = sys.stderr.isatty()
+    def __init__(self, *, shown: bool = True) -> None:
+        self.shown = shown and sys.stderr.isatty()
 
     def __call__(self, name: str) -> None:
         if self.shown:
@@ -263,34 +270,95 @@ def check_node_name(node: str) -> None:
         fail(problem)
 
 
-def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState, list[Diagnostic]]:
+@dataclass(frozen=True)
+class Target:
+    """One cluster a command works on: its name in the fleet (None without a fleet), its
+    desired state, and how to reach it (else the kubeconfig's current context)."""
+
+    name: str | None
+    state: DesiredState
+    context: str | None = None
+    in_cluster: bool = False
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """desired/ as read: one tree, or a fleet of them; and every problem found."""
+
+    fleet: DesiredFleet | None
+    state: DesiredState
+    problems: list[Diagnostic]
+
+
+def load_tree(g: Globals, *, coverage_check: bool) -> Loaded:
     """desired/ loaded, and every problem with it: the files, then (when they load) the
-    GPU label conventions and what can never schedule. `coverage_check` adds the
-    support-matrix check that `plan` makes against the cluster instead."""
-    from reconcile.desired.loader import load_desired
+    GPU label conventions and what can never schedule, for each cluster's tree of a
+    fleet (each problem once). `coverage_check` adds the support-matrix check that
+    `plan` makes against the cluster instead."""
+    from reconcile.desired import fleet as fleets
     from reconcile.engine import placement, workloads
     from reconcile.gpu import drivers
 
-    state, problems = load_desired(g.desired)
+    fleet, state, problems = fleets.load(g.desired)
     if not diag.has_errors(problems):
         found = [
-            *drivers.desired_diagnostics(state, coverage_check=coverage_check),
-            *placement.desired_diagnostics(state),
-            *workloads.desired_diagnostics(state),
+            problem
+            for tree in (fleet.trees.values() if fleet is not None else (state,))
+            for problem in (
+                *drivers.desired_diagnostics(tree, coverage_check=coverage_check),
+                *placement.desired_diagnostics(tree),
+                *workloads.desired_diagnostics(tree),
+            )
         ]
-        problems = sorted([*problems, *found], key=diag.sort_key)
-    return state, problems
+        problems = sorted(dict.fromkeys([*problems, *found]), key=diag.sort_key)
+    return Loaded(fleet, state, problems)
+
+
+def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState, list[Diagnostic]]:
+    """The one tree of desired/ (empty for a fleet) and every problem found in it."""
+    loaded = load_tree(g, coverage_check=coverage_check)
+    return loaded.state, loaded.problems
+
+
+def _checked(g: Globals) -> Loaded:
+    from reconcile.cli.views import render_diagnostics
+
+    loaded = load_tree(g, coverage_check=False)
+    if diag.has_errors(loaded.problems):
+        raise InvalidInput(loaded.problems)
+    render_diagnostics(loaded.problems, stderr())
+    return loaded
 
 
 def load_or_fail(g: Globals) -> DesiredState:
-    """The validated desired state; every problem printed and exit 2 if there is one."""
-    from reconcile.cli.views import render_diagnostics
+    """The validated desired state; every problem printed and exit 2 if there is one. A
+    command that works on one tree refuses a fleet."""
+    loaded = _checked(g)
+    if loaded.fleet is not None:
+        fail(
+            f"{g.desired}/clusters.yaml declares a fleet: this command works on one "
+            "cluster's tree; use a command that takes --cluster"
+        )
+    return loaded.state
 
-    state, problems = desired_problems(g, coverage_check=False)
-    if diag.has_errors(problems):
-        raise InvalidInput(problems)
-    render_diagnostics(problems, stderr())
-    return state
+
+def load_targets(g: Globals, clusters: tuple[str, ...]) -> tuple[DesiredFleet | None, list[Target]]:
+    """The clusters a fleet-aware command works on: every cluster of the fleet, or those
+    named by --cluster; without a fleet, the one cluster of the kubeconfig."""
+    loaded = _checked(g)
+    fleet = loaded.fleet
+    if fleet is None:
+        if clusters:
+            fail(f"--cluster needs a fleet: {g.desired}/clusters.yaml not found")
+        return None, [Target(None, loaded.state)]
+    if g.context:
+        fail("--context does not apply to a fleet: each cluster names its context in clusters.yaml")
+    names = [c.name for c in fleet.clusters]
+    unknown = [c for c in clusters if c not in names]
+    if unknown:
+        fail(f"--cluster {unknown[0]}: the fleet has no such cluster (it has: {', '.join(names)})")
+    chosen = [c for c in fleet.clusters if not clusters or c.name in clusters]
+    return fleet, [Target(c.name, fleet.trees[c.name], c.context, c.inCluster) for c in chosen]
 
 
 class _Main(click.Group):

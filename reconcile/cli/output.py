@@ -10,10 +10,13 @@ module, so `-q` and `-v` are levels; errors are written there directly, always.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Final, TextIO
 
 from reconcile.engine.facts import shown_value
@@ -115,6 +118,46 @@ def finding_line(finding: Finding, stream: TextIO) -> str:
 
 log: Final = logging.getLogger("reconcile")
 
+# In a run over several clusters of a fleet: the cluster whose output is being written.
+_CLUSTER: Final = contextvars.ContextVar[str | None]("cluster", default=None)
+
+
+class Prefixed:
+    """A text stream that starts every line with `prefix` (a fleet cluster's name)."""
+
+    def __init__(self, stream: TextIO, prefix: str) -> None:
+        self.stream = stream
+        self.prefix = prefix
+        self._at_start = True
+
+    def write(self, text: str) -> int:
+        for piece in text.splitlines(keepends=True):
+            if self._at_start:
+                self.stream.write(self.prefix)
+            self.stream.write(piece)
+            self._at_start = piece.endswith("\n")
+        return len(text)
+
+    def writelines(self, lines: Iterator[str] | list[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+
+@contextmanager
+def for_cluster(name: str | None) -> Iterator[None]:
+    """Notes and warnings logged inside name `name` first (`<cluster>: warning: ...`)."""
+    token = _CLUSTER.set(name)
+    try:
+        yield
+    finally:
+        _CLUSTER.reset(token)
+
 
 class _Stderr(logging.Handler):
     """Notes as `note: ...`, warnings as `warning: ...` (coloured on a terminal), on the
@@ -127,7 +170,8 @@ class _Stderr(logging.Handler):
         if not getattr(record, "plain", False):
             tag = "note:" if record.levelno < logging.WARNING else None
             message = f"{tag or severity_prefix('warning', stream)} {message}"
-        stream.write(message + "\n")
+        cluster = _CLUSTER.get()
+        stream.write((f"{cluster}: " if cluster else "") + message + "\n")
 
 
 _HANDLER: Final = _Stderr()

@@ -16,12 +16,14 @@ from reconcile.cli.app import (
     DRIFT_FORMATS,
     Globals,
     Phases,
+    Target,
     common_options,
     desired_problems,
     duration,
     errors_to_exit_codes,
     fail,
     load_or_fail,
+    load_targets,
     main,
     outputs,
     progress_bar,
@@ -29,6 +31,7 @@ from reconcile.cli.app import (
     stdout,
     stoppable,
 )
+from reconcile.cli.fleets import Applied, apply_fleet, cluster_option, plan_fleet
 from reconcile.cli.output import (
     EXIT_DRIFT,
     EXIT_ERROR,
@@ -82,13 +85,14 @@ def _plan_request(
     )
 
 
-def gpu_plan(cluster: Cluster, request: PlanRequest) -> Plan:
+def gpu_plan(cluster: Cluster, request: PlanRequest, *, quiet: bool = False) -> Plan:
     """The plan operation with the GPU domain's policy and checks: what `plan` and
-    `apply` run, each step shown on a terminal."""
+    `apply` run, each step shown on a terminal (unless `quiet`: clusters of a fleet are
+    planned at once)."""
     from reconcile.engine import operations
     from reconcile.gpu import checks as gpu
 
-    phases = Phases()
+    phases = Phases(shown=not quiet)
     try:
         return operations.plan(
             request,
@@ -170,6 +174,7 @@ def _object_options(command: F) -> F:
 @_prune_options
 @click.option("--show-owner", is_flag=True, help="Add the writer of each label as a fourth column.")
 @_object_options
+@cluster_option
 def plan(
     g: Globals,
     out_file: Path | None,
@@ -181,28 +186,40 @@ def plan(
     recreate: bool,
     allow_missing_nodes: bool,
     timeout: float,
+    clusters: tuple[str, ...],
 ) -> None:
     """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`
-    (and `<kind>/<namespace>/<name> <field> <value>` for workload objects)."""
+    (and `<kind>/<namespace>/<name> <field> <value>` for workload objects). In a fleet,
+    every cluster (or each --cluster), each line prefixed by the cluster's name."""
     from reconcile.cli.views import render_plan
 
     if out_file is not None:
         _check_writable(out_file)
     with errors_to_exit_codes():
-        state = load_or_fail(g)
-        cluster = g.connect(timeout)
-        the_plan = gpu_plan(
-            cluster,
-            _plan_request(
-                state,
-                prune=prune,
-                allow_empty_prune=allow_empty_prune,
-                prune_namespace_contents=prune_namespace_contents,
-                force_conflicts=force_conflicts,
-                recreate=recreate,
-                allow_missing_nodes=allow_missing_nodes,
-            ),
+        fleet, targets = load_targets(g, clusters)
+        request = _plan_request(
+            targets[0].state,
+            prune=prune,
+            allow_empty_prune=allow_empty_prune,
+            prune_namespace_contents=prune_namespace_contents,
+            force_conflicts=force_conflicts,
+            recreate=recreate,
+            allow_missing_nodes=allow_missing_nodes,
         )
+        if fleet is not None:
+            sys.exit(
+                plan_fleet(
+                    g,
+                    fleet,
+                    targets,
+                    request,
+                    timeout=timeout,
+                    out_file=out_file,
+                    show_owner=show_owner,
+                )
+            )
+        cluster = g.connect(timeout)
+        the_plan = gpu_plan(cluster, request)
         if out_file is not None:
             try:
                 the_plan.save(out_file)
@@ -232,6 +249,7 @@ def plan(
     help="Nodes written at once: never more requests than this in flight.",
 )
 @_object_options
+@cluster_option
 def apply(
     g: Globals,
     plan_file: Path | None,
@@ -244,6 +262,7 @@ def apply(
     recreate: bool,
     allow_missing_nodes: bool,
     timeout: float,
+    clusters: tuple[str, ...],
 ) -> None:
     """Fix the drift: one PATCH per drifted node, then server-side apply of the workload
     objects in kind order. Prints exactly the lines it changed.
@@ -269,6 +288,8 @@ def apply(
         allow_missing_nodes=allow_missing_nodes,
     )
     with errors_to_exit_codes():
+        if (g.desired / "clusters.yaml").is_file():
+            _apply_fleet(g, plan_file, planning, clusters, timeout, parallel, allow_missing_image)
         if plan_file is not None:
             if planning != _plan_request(None):
                 fail(
@@ -325,3 +346,72 @@ def _saved_request(
         cluster,
         operations.ApplyRequest(saved.plan, desired=state, saved=True, configs=saved.configs),
     )
+
+
+def _apply_fleet(
+    g: Globals,
+    plan_file: Path | None,
+    planning: PlanRequest,
+    clusters: tuple[str, ...],
+    timeout: float,
+    parallel: int,
+    allow_missing_image: bool,
+) -> None:
+    """apply over a fleet: wave by wave, each cluster planned (or its saved plan
+    checked), applied and planned again; exits."""
+    from reconcile.engine import operations
+    from reconcile.engine.fleet import FleetPlan
+    from reconcile.engine.workloads import desired_configs
+    from reconcile.gpu import checks as gpu
+
+    fleet, targets = load_targets(g, clusters)
+    assert fleet is not None
+    saved: FleetPlan | None = None
+    if plan_file is not None:
+        if planning != _plan_request(None):
+            fail(
+                "the prune and conflict options are decided when planning: use `reconcile plan ... --out FILE`"
+            )
+        saved = FleetPlan.load(plan_file)
+        if saved.fleet != fleet.name:
+            fail(f"{plan_file} is a plan for fleet {saved.fleet}, not {fleet.name}")
+        missing = [t.name for t in targets if t.name not in saved.plans]
+        if missing:
+            fail(f"{plan_file} holds no plan for cluster(s) {', '.join(map(str, missing))}")
+
+    with stoppable() as stopped:
+
+        def apply_one(target: Target) -> Applied:
+            cluster = g.connect(timeout, target)
+            policy = gpu.policy(target.state)
+            if saved is not None:
+                one = operations.SavedPlan(
+                    saved.plans[str(target.name)], target.state, desired_configs(target.state)
+                )
+                operations.verify_saved(one, cluster)
+                request = operations.ApplyRequest(
+                    one.plan, desired=target.state, saved=True, configs=one.configs
+                )
+            else:
+                request = operations.ApplyRequest(
+                    gpu_plan(
+                        cluster, dataclasses.replace(planning, desired=target.state), quiet=True
+                    ),
+                    desired=target.state,
+                    configs=desired_configs(target.state),
+                )
+            request = dataclasses.replace(
+                request, parallel=parallel, allow_refused=allow_missing_image
+            )
+            result = operations.apply(
+                request, cluster, policy=policy, should_stop=lambda: bool(stopped)
+            )
+            after = gpu_plan(
+                cluster,
+                dataclasses.replace(planning, desired=target.state, prune=False),
+                quiet=True,
+            )
+            return Applied(result, after)
+
+        code = apply_fleet(g, fleet, targets, apply_one)
+    sys.exit(code)

@@ -8,6 +8,7 @@ nothing else); notes for people go to the error stream.
 from __future__ import annotations
 
 import difflib
+import io
 import json
 import re
 import shlex
@@ -27,6 +28,7 @@ from reconcile.cli.output import (
 from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.engine.apply import ApplyResult
 from reconcile.engine.diff import FieldChange, LabelChange
+from reconcile.engine.fleet import FleetPlan
 from reconcile.engine.imports import FileChange
 from reconcile.engine.placement import Placement
 from reconcile.engine.plan import PLAN_API_VERSION, MissingNode, Plan
@@ -268,6 +270,25 @@ def _plan_summary(plan: Plan, changes: Sequence[tuple[str, LabelChange]]) -> lis
         errors = sum(1 for f in plan.findings if f.severity == "error")
         lines.append(f"**Findings:** {errors} error(s), {len(plan.findings) - errors} warning(s)")
     return lines
+
+
+def fleet_markdown(saved: FleetPlan, out: TextIO) -> None:
+    """A summary table of the fleet, then each cluster's plan under its own heading."""
+    out.write(f"#### reconcile plan: fleet {_code(saved.fleet, cell=False)}\n\n")
+    out.write("| Cluster | Node changes | Object changes | Findings |\n| --- | --- | --- | --- |\n")
+    for name, plan in saved.plans.items():
+        errors = sum(1 for f in plan.findings if f.severity == "error")
+        out.write(
+            f"| {_code(name)} | {sum(1 for _ in plan.lines())} | {len(plan.objects)} | "
+            f"{errors} error(s), {len(plan.findings) - errors} warning(s) |\n"
+        )
+    for name, error in saved.errors.items():
+        out.write(f"| {_code(name)} | **error** | | {_md(error)} |\n")
+    for name, plan in saved.plans.items():
+        buffer = io.StringIO()
+        _plan_markdown(plan, buffer)
+        body = buffer.getvalue().removeprefix("#### reconcile plan\n")
+        out.write(f"\n##### {_code(name, cell=False)}\n{body}")
 
 
 def _plan_markdown(plan: Plan, out: TextIO) -> None:

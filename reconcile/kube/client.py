@@ -254,12 +254,15 @@ class Cluster:
         *,
         request_timeout: float | None = 30.0,
         timeout: float | None = None,
+        in_cluster: bool = False,
     ) -> Cluster:
         """Credentials as kubectl finds them: the one --kubeconfig file, else $KUBECONFIG
         (several files joined by ':', missing ones skipped), else ~/.kube/config, and in
-        a pod the service account."""
+        a pod the service account (the only way with `in_cluster`)."""
         configuration = Configuration()
-        if kubeconfig:
+        if in_cluster:
+            paths = []
+        elif kubeconfig:
             if not Path(kubeconfig).is_file():
                 raise ConfigError(f"kubeconfig not found: {kubeconfig}")
             paths = [kubeconfig]
@@ -269,7 +272,7 @@ class Cluster:
         try:
             if paths:
                 _load_kubeconfig(paths, context, configuration)
-            elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+            elif os.environ.get("KUBERNETES_SERVICE_HOST") or in_cluster:
                 config.load_incluster_config(client_configuration=configuration)
             else:
                 raise ConfigError(

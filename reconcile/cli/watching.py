@@ -180,6 +180,8 @@ class _Reporter:
     def blocked(self, findings: Sequence[str]) -> None:
         for finding in findings:
             log.warning("not correcting: %s", finding)
+        if not findings:
+            log.info("no finding stops corrections any more")
 
     def synced(self, drift: Mapping[str, int]) -> None:
         for kind, count in drift.items():
@@ -260,6 +262,11 @@ def _serve(address: str, metrics: _Metrics) -> ThreadingHTTPServer:
     help="Correct nodes onto driver images the support matrix does not list.",
 )
 @click.option(
+    "--force-conflicts",
+    is_flag=True,
+    help="With --correct: take back fields another field manager took (server-side apply force).",
+)
+@click.option(
     "--resync",
     default="10m",
     show_default=True,
@@ -289,7 +296,7 @@ def _serve(address: str, metrics: _Metrics) -> ThreadingHTTPServer:
 )
 @click.option(
     "--lease",
-    default="reconcile/reconcile",
+    default="reconcile-system/reconcile",
     show_default=True,
     metavar="NAMESPACE/NAME",
     help="The Lease --leader-elect takes.",
@@ -308,6 +315,7 @@ def watch(
     prune: bool,
     allow_empty_prune: bool,
     allow_missing_image: bool,
+    force_conflicts: bool,
     resync: float,
     desired_interval: float,
     metrics_address: str,
@@ -341,7 +349,10 @@ def watch(
         )
         request = WatchRequest(
             planning=operations.PlanRequest(
-                DesiredState(), prune=prune, allow_empty_prune=allow_empty_prune
+                DesiredState(),
+                prune=prune,
+                allow_empty_prune=allow_empty_prune,
+                force_conflicts=force_conflicts,
             ),
             correct=correct,
             allow_refused=allow_missing_image,

@@ -353,8 +353,10 @@ class Watcher:
         except ReconcileError as error:
             self.observer.failed("plan", str(error))
             return
-        self.blocking = [f"{f.subject}: {f.message}" for f in blocking(plan.findings)]
-        self.observer.blocked(self.blocking)
+        now_blocking = [f"{f.subject}: {f.message}" for f in blocking(plan.findings)]
+        if now_blocking != self.blocking:  # said when it changes, not at every resync
+            self.blocking = now_blocking
+            self.observer.blocked(now_blocking)
         planned = {node_plan.name: node_plan for node_plan in plan.nodes}
         for name in set(self.node_drift) - set(planned):
             del self.node_drift[name]

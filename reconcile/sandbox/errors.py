@@ -115,6 +115,16 @@ def unsupported_body(detail: str = "") -> ApiStatus:
     return ApiStatus(415, "UnsupportedMediaType", f"{message} ({detail})" if detail else message)
 
 
+def not_acceptable() -> ApiStatus:
+    """An Accept header that allows no JSON: the sandbox answers in JSON only."""
+    return ApiStatus(
+        406,
+        "NotAcceptable",
+        "406: Not Acceptable\n\nAvailable representations: application/json",
+        {},
+    )
+
+
 def unauthorized() -> ApiStatus:
     return ApiStatus(401, "Unauthorized", "Unauthorized")
 

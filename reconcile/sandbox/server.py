@@ -26,6 +26,7 @@ from reconcile.sandbox.errors import (
     ApiStatus,
     bad_request,
     method_not_allowed,
+    not_acceptable,
     not_implemented_path,
     unauthorized,
     unsupported_body,
@@ -249,6 +250,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._discovery(method, path)
         if not isinstance(route, Route):
             return self._non_resource(method, path)
+        if not _accepts_json(self.headers.get("Accept") or ""):
+            raise not_acceptable()
         dry_run = _dry_run(query)
         api = self.server.api
         resource, name = route.resource, route.name
@@ -501,6 +504,20 @@ def _from_protobuf(body: bytes, api_version: str, kind: str) -> dict[str, Any]:
         raise unsupported_body(
             f"the reconcile sandbox does not decode {e} in {protobuf.MEDIA_TYPE}; send it as application/json"
         ) from None
+
+
+def _accepts_json(accept: str) -> bool:
+    """Whether an Accept header allows the JSON that the sandbox answers in (kubectl sends
+    `application/vnd.kubernetes.protobuf,application/json`; no header allows anything)."""
+    if not accept.strip():
+        return True
+    for part in accept.split(","):
+        media, *parameters = (p.strip().lower() for p in part.split(";"))
+        quality = next((p[2:].strip() for p in parameters if p.startswith("q=")), "1")
+        refused = quality.rstrip("0").rstrip(".") in ("", "0")  # q=0, q=0.0, ...
+        if media in ("application/json", "application/*", "*/*") and not refused:
+            return True
+    return False
 
 
 def _dry_run(query: dict[str, str]) -> bool:

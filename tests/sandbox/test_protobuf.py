@@ -223,3 +223,26 @@ def test_protobuf_the_sandbox_does_not_decode_is_a_415_naming_it(
     assert status == 415
     assert "does not decode field 15 of ObjectMeta at metadata in " in answer["message"]
     assert sandbox_only.raw("GET", "/api/v1/namespaces/x")[0] == 404
+
+
+@pytest.mark.parametrize(
+    ("accept", "status"),
+    [
+        (KUBECTL_ACCEPT, 200),
+        ("application/json;as=Table;v=v1;g=meta.k8s.io,application/json", 200),
+        ("*/*", 200),
+        ("", 200),
+        ("application/vnd.kubernetes.protobuf", 406),
+        ("application/json;q=0,text/plain", 406),
+    ],
+)
+def test_the_answer_is_json_where_accept_allows_it(
+    sandbox_only: TestCluster, accept: str, status: int
+) -> None:
+    code, answer = sandbox_only.raw("GET", "/api/v1/namespaces/default", accept=accept)
+    assert code == status
+    if status == 406:
+        assert (answer["reason"], answer["message"]) == (
+            "NotAcceptable",
+            "406: Not Acceptable\n\nAvailable representations: application/json",
+        )

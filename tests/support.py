@@ -155,10 +155,15 @@ class TestCluster:
         return self.sandbox is not None
 
     def raw(
-        self, method: str, path: str, body: Any = None, content_type: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> tuple[int, Any]:
         """One HTTP request through the client's connection; (status, decoded JSON body)."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {"Accept": accept, "Content-Type": content_type}
         url = self.api_client.configuration.host + path
         self.api_client.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
         payload = body if isinstance(body, str | bytes) or body is None else json.dumps(body)

@@ -31,13 +31,16 @@ def _container(container: dict[str, Any]) -> None:
             port.setdefault("protocol", "TCP")
 
 
-def pod_spec(spec: dict[str, Any], *, admission: bool) -> None:
+def pod_spec(spec: dict[str, Any], *, admission: bool, pod: bool = False) -> None:
+    """A pod's spec (`pod`) or a template's: enableServiceLinks is defaulted for pods only
+    (SetDefaults_Pod); a real Deployment's template does not carry it."""
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("securityContext", {})
     spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("enableServiceLinks", True)
+    if pod:
+        spec.setdefault("enableServiceLinks", True)
     for group in ("containers", "initContainers"):
         for container in spec.get(group) or ():
             if isinstance(container, dict):
@@ -67,7 +70,7 @@ def apply(group: str, kind: str, obj: dict[str, Any], *, creating: bool) -> None
     """Fill in defaults in place for a create or update of `obj`."""
     spec = obj.get("spec")
     if (group, kind) == ("", "Pod") and isinstance(spec, dict):
-        pod_spec(spec, admission=creating)
+        pod_spec(spec, admission=creating, pod=True)
         if creating:
             status = obj.setdefault("status", {})
             status.setdefault("phase", "Pending")

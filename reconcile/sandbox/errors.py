@@ -103,6 +103,28 @@ def unsupported_media_type(content_type: str) -> ApiStatus:
     )
 
 
+# What a POST or PUT body may be: the API server also takes application/yaml.
+BODY_MEDIA_TYPES = ("application/json", "application/vnd.kubernetes.protobuf")
+
+
+def unsupported_body(detail: str = "") -> ApiStatus:
+    """A POST or PUT body in a media type the sandbox does not read (no details, as upstream);
+    `detail` says what, when the media type is one it reads for other objects."""
+    accepted = BODY_MEDIA_TYPES if not detail else BODY_MEDIA_TYPES[:1]
+    message = f"the body of the request was in an unknown format - accepted media types include: {', '.join(accepted)}"
+    return ApiStatus(415, "UnsupportedMediaType", f"{message} ({detail})" if detail else message)
+
+
+def not_acceptable() -> ApiStatus:
+    """An Accept header that allows no JSON: the sandbox answers in JSON only."""
+    return ApiStatus(
+        406,
+        "NotAcceptable",
+        "406: Not Acceptable\n\nAvailable representations: application/json",
+        {},
+    )
+
+
 def unauthorized() -> ApiStatus:
     return ApiStatus(401, "Unauthorized", "Unauthorized")
 

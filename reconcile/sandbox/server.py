@@ -20,14 +20,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from reconcile.sandbox import patch, resources, tables
+from reconcile.sandbox import patch, protobuf, resources, tables
 from reconcile.sandbox.api import SandboxApi
 from reconcile.sandbox.errors import (
     ApiStatus,
     bad_request,
     method_not_allowed,
+    not_acceptable,
     not_implemented_path,
     unauthorized,
+    unsupported_body,
     unsupported_media_type,
 )
 from reconcile.sandbox.resources import Resource
@@ -248,6 +250,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._discovery(method, path)
         if not isinstance(route, Route):
             return self._non_resource(method, path)
+        if not _accepts_json(self.headers.get("Accept") or ""):
+            raise not_acceptable()
         dry_run = _dry_run(query)
         api = self.server.api
         resource, name = route.resource, route.name
@@ -279,14 +283,17 @@ class Handler(BaseHTTPRequestHandler):
                 obj = api.create(
                     resource,
                     namespace,
-                    self._json(body),
+                    self._object(body, resource.group_version, resource.kind),
                     manager=self._manager(query),
                     dry_run=dry_run,
                 )
                 return 201, obj
             if route.subresource == "eviction":
                 return 201, api.evict(
-                    namespace, name, self._json(body) if body else None, dry_run=dry_run
+                    namespace,
+                    name,
+                    self._object(body, "policy/v1", "Eviction") if body else None,
+                    dry_run=dry_run,
                 )
             raise method_not_allowed(
                 f"POST is not supported on {resource.plural}/{route.subresource or 'NAME'}"
@@ -304,7 +311,7 @@ class Handler(BaseHTTPRequestHandler):
                 resource,
                 namespace,
                 name,
-                self._json(body),
+                self._object(body, resource.group_version, resource.kind),
                 manager=self._manager(query),
                 dry_run=dry_run,
                 subresource=route.subresource,
@@ -357,7 +364,7 @@ class Handler(BaseHTTPRequestHandler):
         if method == "GET":
             return 200, current
         if method == "PUT":
-            wanted = self._json(body)
+            wanted = self._object(body, "autoscaling/v1", "Scale")
         elif method == "PATCH":
             content_type = record["content_type"]
             try:
@@ -415,12 +422,15 @@ class Handler(BaseHTTPRequestHandler):
         )
         return (head[:-1] + ',"items":[' + ",".join(page.items) + "]}").encode()
 
-    def _json(self, body: bytes) -> Any:
+    def _object(self, body: bytes, api_version: str, kind: str) -> Any:
+        """A POST or PUT body as the object JSON would carry: JSON as it is, protobuf decoded."""
         content_type = (
-            (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+            (self.headers.get("Content-Type") or "application/json").split(";")[0].strip().lower()
         )
+        if content_type == protobuf.MEDIA_TYPE:
+            return _from_protobuf(body, api_version, kind)
         if content_type not in ("application/json", "*/*", ""):
-            raise unsupported_media_type(content_type)
+            raise unsupported_body()
         try:
             return json.loads(body or b"null")
         except ValueError as e:
@@ -469,6 +479,45 @@ class Handler(BaseHTTPRequestHandler):
             if group is not None:
                 return 200, group
         raise not_implemented_path(path)
+
+
+def _from_protobuf(body: bytes, api_version: str, kind: str) -> dict[str, Any]:
+    """A protobuf body decoded as the API server decodes it into `kind`, its failures worded
+    as handlers.transformDecodeError words them; what the sandbox cannot decode is a 415."""
+    try:
+        unknown = protobuf.envelope(body)
+        sent = (unknown.api_version or api_version, unknown.kind or kind)
+        if sent != (api_version, kind):
+            version = sent[0].rpartition("/")[2]
+            group = api_version.rpartition("/")[0]
+            internal = group.split(".")[0] if group else "core"
+            raise bad_request(
+                f'{sent[1]} in version "{version}" cannot be handled as a {kind}: '
+                f"converting ({version}.{sent[1]}) to ({internal}.{kind}): unknown conversion"
+            )
+        return protobuf.decode_object(api_version, kind, unknown.raw)
+    except protobuf.ProtobufError as e:
+        raise bad_request(
+            f"the object provided is unrecognized (must be of type {kind}): {e} ({protobuf.summarize(body)})"
+        ) from None
+    except protobuf.Unsupported as e:
+        raise unsupported_body(
+            f"the reconcile sandbox does not decode {e} in {protobuf.MEDIA_TYPE}; send it as application/json"
+        ) from None
+
+
+def _accepts_json(accept: str) -> bool:
+    """Whether an Accept header allows the JSON that the sandbox answers in (kubectl sends
+    `application/vnd.kubernetes.protobuf,application/json`; no header allows anything)."""
+    if not accept.strip():
+        return True
+    for part in accept.split(","):
+        media, *parameters = (p.strip().lower() for p in part.split(";"))
+        quality = next((p[2:].strip() for p in parameters if p.startswith("q=")), "1")
+        refused = quality.rstrip("0").rstrip(".") in ("", "0")  # q=0, q=0.0, ...
+        if media in ("application/json", "application/*", "*/*") and not refused:
+            return True
+    return False
 
 
 def _dry_run(query: dict[str, str]) -> bool:

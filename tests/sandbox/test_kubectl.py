@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -292,3 +293,192 @@ def test_kubectl_scale_goes_through_the_scale_subresource(lab: TestCluster) -> N
         {**scale, "spec": {"replicas": -1}},
     )
     assert (code, refused["reason"]) == (422, "Invalid")
+
+
+# --- `kubectl create <generator>`: protobuf bodies ---------------------------------------------
+# What a real v1.36 API server stored for these three commands (kubectl get -o json), less
+# what changes per object (uid, creationTimestamp, resourceVersion, managedFields) and what
+# its controllers added afterwards (the Deployment's status and revision annotation).
+REAL_NAMESPACE = {
+    "apiVersion": "v1",
+    "kind": "Namespace",
+    "metadata": {"labels": {"kubernetes.io/metadata.name": "team-a"}, "name": "team-a"},
+    "spec": {"finalizers": ["kubernetes"]},
+    "status": {"phase": "Active"},
+}
+REAL_DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"generation": 1, "labels": {"app": "web"}, "name": "web", "namespace": "team-a"},
+    "spec": {
+        "progressDeadlineSeconds": 600,
+        "replicas": 2,
+        "revisionHistoryLimit": 10,
+        "selector": {"matchLabels": {"app": "web"}},
+        "strategy": {
+            "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+            "type": "RollingUpdate",
+        },
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {
+                "containers": [
+                    {
+                        "image": "nginx",
+                        "imagePullPolicy": "Always",
+                        "name": "nginx",
+                        "resources": {},
+                        "terminationMessagePath": "/dev/termination-log",
+                        "terminationMessagePolicy": "File",
+                    }
+                ],
+                "dnsPolicy": "ClusterFirst",
+                "restartPolicy": "Always",
+                "schedulerName": "default-scheduler",
+                "securityContext": {},
+                "terminationGracePeriodSeconds": 30,
+            },
+        },
+    },
+}
+REAL_PDB = {
+    "apiVersion": "policy/v1",
+    "kind": "PodDisruptionBudget",
+    "metadata": {"generation": 1, "name": "web-pdb", "namespace": "team-a"},
+    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+}
+
+
+def stored(cluster: TestCluster, *what: str) -> dict[str, Any]:
+    result = kubectl(cluster, "get", *what, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    obj: dict[str, Any] = json.loads(result.stdout)
+    for key in ("uid", "creationTimestamp", "resourceVersion", "managedFields"):
+        obj["metadata"].pop(key, None)
+    return obj
+
+
+def test_create_generators_store_what_a_real_server_stores(lab: TestCluster) -> None:
+    commands = {
+        ("create", "namespace", "team-a"): "namespace/team-a created",
+        (
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx",
+            "--replicas=2",
+            "-n",
+            "team-a",
+        ): "deployment.apps/web created",
+        (
+            "create",
+            "pdb",
+            "web-pdb",
+            "--selector=app=web",
+            "--min-available=1",
+            "-n",
+            "team-a",
+        ): "poddisruptionbudget.policy/web-pdb created",
+    }
+    for command, said in commands.items():
+        result = kubectl(lab, *command)
+        assert (result.returncode, result.stdout.strip(), result.stderr) == (0, said, "")
+
+    assert stored(lab, "namespace", "team-a") == REAL_NAMESPACE
+    deployment = stored(lab, "deployment", "web", "-n", "team-a")
+    deployment["metadata"].pop("annotations", None)  # the deployment controller's revision
+    deployment.pop("status")  # the deployment controller's; the sandbox has none
+    assert deployment == REAL_DEPLOYMENT
+    pdb = stored(lab, "pdb", "web-pdb", "-n", "team-a")
+    status = pdb.pop("status")
+    assert pdb == REAL_PDB
+    assert (status["desiredHealthy"], status["disruptionsAllowed"]) == (1, 0)
+    managers = json.loads(
+        kubectl(lab, "get", "ns", "team-a", "-o", "json", "--show-managed-fields").stdout
+    )["metadata"]["managedFields"]
+    assert [m["manager"] for m in managers] == ["kubectl-create"]
+
+
+def test_create_generators_refuse_an_existing_name_as_a_real_server(lab: TestCluster) -> None:
+    for command in (
+        ("create", "namespace", "team-a"),
+        ("create", "deployment", "web", "--image=nginx", "-n", "team-a"),
+        ("create", "pdb", "web-pdb", "--selector=app=web", "--min-available=1", "-n", "team-a"),
+    ):
+        assert kubectl(lab, *command).returncode == 0
+    # The real server's words and kubectl's exit code, verbatim.
+    for command, error in (
+        (
+            ("create", "namespace", "team-a"),
+            'Error from server (AlreadyExists): namespaces "team-a" already exists',
+        ),
+        (
+            ("create", "deployment", "web", "--image=nginx", "-n", "team-a"),
+            'error: failed to create deployment: deployments.apps "web" already exists',
+        ),
+        (
+            ("create", "pdb", "web-pdb", "--selector=app=web", "--min-available=1", "-n", "team-a"),
+            "error: failed to create poddisruptionbudgets: "
+            'poddisruptionbudgets.policy "web-pdb" already exists',
+        ),
+    ):
+        again = kubectl(lab, *command)
+        assert (again.returncode, again.stdout, again.stderr.strip()) == (1, "", error)
+
+
+def test_create_generators_dry_run_on_the_server_stores_nothing(lab: TestCluster) -> None:
+    dry = kubectl(lab, "create", "namespace", "team-a", "--dry-run=server", "-o", "json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["metadata"]["labels"] == {"kubernetes.io/metadata.name": "team-a"}
+    missing = kubectl(lab, "get", "namespace", "team-a")
+    assert (missing.returncode, missing.stderr.strip()) == (
+        1,
+        'Error from server (NotFound): namespaces "team-a" not found',
+    )
+    said = kubectl(
+        lab, "create", "deployment", "web", "--image=nginx", "-n", "gpu-drv", "--dry-run=server"
+    )
+    assert said.stdout.strip() == "deployment.apps/web created (server dry run)"
+    assert kubectl(lab, "get", "deployment", "web", "-n", "gpu-drv").returncode == 1
+
+
+def test_the_other_create_generators(lab: TestCluster) -> None:
+    ns = ("-n", "gpu-drv")
+    for command, said in (
+        (("configmap", "cfg", "--from-literal=a=b", *ns), "configmap/cfg created"),
+        (("secret", "generic", "s", "--from-literal=pw=x", *ns), "secret/s created"),
+        (("service", "clusterip", "svc", "--tcp=80:8080", *ns), "service/svc created"),
+        (("serviceaccount", "sa", *ns), "serviceaccount/sa created"),
+        (("job", "j", "--image=busybox", *ns, "--", "true"), "job.batch/j created"),
+        (
+            ("cronjob", "cj", "--image=busybox", "--schedule=0 * * * *", *ns),
+            "cronjob.batch/cj created",
+        ),
+        (
+            ("role", "r", "--verb=get", "--resource=pods", *ns),
+            "role.rbac.authorization.k8s.io/r created",
+        ),
+        (
+            ("rolebinding", "rb", "--role=r", "--serviceaccount=gpu-drv:sa", *ns),
+            "rolebinding.rbac.authorization.k8s.io/rb created",
+        ),
+        (
+            ("clusterrole", "cr", "--verb=get", "--resource=nodes"),
+            "clusterrole.rbac.authorization.k8s.io/cr created",
+        ),
+        (
+            ("clusterrolebinding", "crb", "--clusterrole=cr", "--group=g"),
+            "clusterrolebinding.rbac.authorization.k8s.io/crb created",
+        ),
+    ):
+        result = kubectl(lab, "create", *command)
+        assert (result.returncode, result.stdout.strip()) == (0, said), result.stderr
+    secret = json.loads(kubectl(lab, "get", "secret", "s", *ns, "-o", "json").stdout)
+    assert (secret["data"], secret["type"]) == ({"pw": "eA=="}, "Opaque")
+    service = json.loads(kubectl(lab, "get", "service", "svc", *ns, "-o", "json").stdout)
+    assert service["spec"]["ports"] == [
+        {"name": "80-8080", "port": 80, "protocol": "TCP", "targetPort": 8080}
+    ]
+    # Cluster-scoped: nothing removes them with the namespaces (on a real cluster).
+    assert kubectl(lab, "delete", "clusterrolebinding", "crb").returncode == 0
+    assert kubectl(lab, "delete", "clusterrole", "cr").returncode == 0

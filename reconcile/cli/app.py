@@ -342,6 +342,16 @@ def load_or_fail(g: Globals) -> DesiredState:
     return loaded.state
 
 
+def one_target(g: Globals, cluster: str | None, command: str) -> Target:
+    """The one cluster a command that works on a single cluster runs on: in a fleet the
+    one --cluster names (required), else the kubeconfig's."""
+    fleet, targets = load_targets(g, (cluster,) if cluster else ())
+    if fleet is not None and cluster is None:
+        names = ", ".join(c.name for c in fleet.clusters)
+        fail(f"{command} works on one cluster of the fleet: give --cluster NAME (one of: {names})")
+    return targets[0]
+
+
 def load_targets(g: Globals, clusters: tuple[str, ...]) -> tuple[DesiredFleet | None, list[Target]]:
     """The clusters a fleet-aware command works on: every cluster of the fleet, or those
     named by --cluster; without a fleet, the one cluster of the kubeconfig."""

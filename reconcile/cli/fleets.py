@@ -9,6 +9,7 @@ summary table, then one section per cluster.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from reconcile.engine.fleet import Outcome
     from reconcile.engine.operations import PlanRequest
     from reconcile.engine.plan import Plan
+    from reconcile.kube.client import Cluster
 
 
 def cluster_option(command: F) -> F:
@@ -189,3 +191,73 @@ def apply_fleet(
             f"{', '.join(run.not_started) or 'none'}"
         )
     return EXIT_OK if not failed else EXIT_ERROR
+
+
+# --- the commands that read a cluster -------------------------------------------------------
+
+
+def per_cluster(
+    g: Globals,
+    clusters: tuple[str, ...],
+    work: Callable[[Target, Cluster], T],
+    show: Callable[[T, TextIO, TextIO], int],
+    *,
+    needs_desired: bool = True,
+) -> int:
+    """A read-only command on one cluster, or on each cluster of a fleet: `work` reads,
+    `show` renders and says the exit code. In a fleet: text lines prefixed when several
+    clusters run, `-o json` one document `{"kind": "FleetResult", "clusters": {...}}`,
+    `-o markdown` a section per cluster; the exit code is the worst cluster's, 2 (with
+    one `error:` line naming them) when any cluster failed."""
+    import json
+
+    from reconcile.cli.app import errors_to_exit_codes, load_targets
+    from reconcile.desired import fleet as desired_fleet
+    from reconcile.desired.models import DesiredState
+    from reconcile.engine import fleet as fleets
+
+    with errors_to_exit_codes():
+        if not clusters and not desired_fleet.is_fleet(g.desired) and not needs_desired:
+            targets = [Target(None, DesiredState())]
+        else:
+            _, targets = load_targets(g, clusters)
+        if targets[0].name is None:
+            value = work(targets[0], g.connect())
+            return show(value, stdout(), stderr())
+        by_name = {t.name: t for t in targets}
+        outcomes = fleets.each(
+            [str(t.name) for t in targets],
+            lambda name: work(by_name[name], g.connect(None, by_name[name])),
+        )
+    codes = [EXIT_OK]
+    if g.output in (Format.JSON, Format.MARKDOWN):
+        documents = {}
+        for outcome in outcomes:
+            if outcome.value is None:
+                continue
+            out, err = io.StringIO(), io.StringIO()
+            with for_cluster(outcome.cluster):
+                codes.append(show(outcome.value, out, err))
+            stderr().write(err.getvalue())
+            documents[outcome.cluster] = out.getvalue()
+        if g.output is Format.JSON:
+            from reconcile.cli.views import write_json
+            from reconcile.engine.plan import PLAN_API_VERSION
+
+            write_json(
+                {
+                    "apiVersion": PLAN_API_VERSION,
+                    "kind": "FleetResult",
+                    "clusters": {name: json.loads(text) for name, text in documents.items()},
+                    "errors": {o.cluster: o.error for o in outcomes if o.error is not None},
+                },
+                stdout(),
+            )
+        else:
+            for name, text in documents.items():
+                stdout().write(f"##### `{name}`\n\n{text}\n")
+        failed = [f"{o.cluster}: {o.error}" for o in outcomes if o.error is not None]
+    else:
+        failed = show_each(outcomes, lambda value, out, err: codes.append(show(value, out, err)))
+    fail_clusters(failed, len(targets))
+    return max(codes)

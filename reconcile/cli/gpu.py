@@ -4,7 +4,7 @@ and sanitizing vendor strings into label values."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
@@ -17,12 +17,13 @@ from reconcile.cli.app import (
     duration,
     errors_to_exit_codes,
     fail,
-    load_or_fail,
     main,
+    one_target,
     outputs,
     stderr,
     stdout,
 )
+from reconcile.cli.fleets import cluster_option, per_cluster
 from reconcile.cli.output import (
     EXIT_DRIFT,
     EXIT_OK,
@@ -34,6 +35,8 @@ from reconcile.cli.output import (
 )
 
 if TYPE_CHECKING:
+    from reconcile.gpu.drivers import AuditFinding, Coverage
+    from reconcile.gpu.operations import Report
     from reconcile.gpu.upgrade import Step
 
 
@@ -74,7 +77,8 @@ def sanitize(g: Globals, values: tuple[str, ...]) -> None:
 @main.command()
 @common_options
 @outputs(*ALL_FORMATS)
-def audit(g: Globals) -> None:
+@cluster_option
+def audit(g: Globals, clusters: tuple[str, ...]) -> None:
     """Check the GPU label conventions on every live GPU node (nvidia.com/gpu.present=true).
 
     One line `<node> <key> <reason>` per finding (missing, not-a-number, too-long,
@@ -83,16 +87,21 @@ def audit(g: Globals) -> None:
     from reconcile.cli.views import render_findings
     from reconcile.gpu import operations
 
-    with errors_to_exit_codes():
-        findings = operations.audit(g.connect())
-    render_findings(
-        [audit_line(f) for f in findings],
-        [{"node": f.node, "key": f.key, "reason": f.reason} for f in findings],
-        g.output,
-        stdout(),
-        title="GPU label audit",
+    def show(findings: list[AuditFinding], out: TextIO, err: TextIO) -> int:
+        render_findings(
+            [audit_line(f) for f in findings],
+            [{"node": f.node, "key": f.key, "reason": f.reason} for f in findings],
+            g.output,
+            out,
+            title="GPU label audit",
+        )
+        return EXIT_DRIFT if findings else EXIT_OK
+
+    sys.exit(
+        per_cluster(
+            g, clusters, lambda _, cluster: operations.audit(cluster), show, needs_desired=False
+        )
     )
-    sys.exit(EXIT_DRIFT if findings else EXIT_OK)
 
 
 @main.group("drivers")
@@ -129,39 +138,53 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
 @drivers_group.command("audit")
 @common_options
 @outputs(*ALL_FORMATS)
-def drivers_audit(g: Globals) -> None:
+@cluster_option
+def drivers_audit(g: Globals, clusters: tuple[str, ...]) -> None:
     """Every live GPU node whose driver image is not in desired/drivers/: `<node> MISSING <tag>`
     and exit 1; otherwise OK and exit 0. A node whose tag cannot be built is an error (exit 2)."""
     from reconcile.cli.views import render_image_audit
     from reconcile.gpu import operations
 
-    with errors_to_exit_codes():
-        coverage = operations.image_audit(load_or_fail(g), g.connect())
-    # A node whose tag cannot be built is listed too (`<node> UNKNOWN <why>`): stdout
-    # never says OK while the exit code says the audit could not be completed.
-    shown = render_image_audit(coverage, g.output, stdout())
-    if broken := [c for c in shown if c.tag is None]:
-        fail("; ".join(f"{c.node}: {c.problem}" for c in broken))
-    sys.exit(EXIT_DRIFT if shown else EXIT_OK)
+    broken: list[str] = []
+
+    def show(coverage: list[Coverage], out: TextIO, err: TextIO) -> int:
+        # A node whose tag cannot be built is listed too (`<node> UNKNOWN <why>`): stdout
+        # never says OK while the exit code says the audit could not be completed.
+        shown = render_image_audit(coverage, g.output, out)
+        broken.extend(f"{c.node}: {c.problem}" for c in shown if c.tag is None)
+        return EXIT_DRIFT if shown else EXIT_OK
+
+    code = per_cluster(
+        g, clusters, lambda target, cluster: operations.image_audit(target.state, cluster), show
+    )
+    if broken:
+        fail("; ".join(broken))
+    sys.exit(code)
 
 
 @main.command()
 @common_options
 @outputs(*TEXT_AND_JSON)
-def report(g: Globals) -> None:
+@cluster_option
+def report(g: Globals, clusters: tuple[str, ...]) -> None:
     """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
     tag and driver upgrade state, as shell-sourceable KEY=value lines."""
     from reconcile.cli.views import render_report
     from reconcile.gpu import operations
 
-    with errors_to_exit_codes():
-        summary = operations.report(load_or_fail(g), g.connect())
-    render_report(summary, g.output, stdout())
-    for node in summary.nodes:
-        if node.problem:
-            log.warning("%s: %s", node.name, node.problem)
-    sys.exit(EXIT_OK)
+    def show(summary: Report, out: TextIO, err: TextIO) -> int:
+        render_report(summary, g.output, out)
+        for node in summary.nodes:
+            if node.problem:
+                log.warning("%s: %s", node.name, node.problem)
+        return EXIT_OK
+
+    sys.exit(
+        per_cluster(
+            g, clusters, lambda target, cluster: operations.report(target.state, cluster), show
+        )
+    )
 
 
 @main.command()
@@ -196,6 +219,7 @@ def report(g: Globals) -> None:
     is_flag=True,
     help="Update the node's file in desired/ to the new driver (comments and order kept).",
 )
+@click.option("--cluster", metavar="NAME", help="In a fleet: the cluster the node is in.")
 def upgrade(
     g: Globals,
     node: str,
@@ -205,6 +229,7 @@ def upgrade(
     ignore_daemonsets: bool,
     force: bool,
     write_desired: bool,
+    cluster: str | None,
 ) -> None:
     """Move one node to another driver the way the GPU Operator's upgrade controller does:
     image in the support matrix first, budgets second, then cordon, drain through the
@@ -225,10 +250,11 @@ def upgrade(
         stdout().flush()
 
     with errors_to_exit_codes():
+        target = one_target(g, cluster, "upgrade")
         request = operations.UpgradeRequest(
             node,
             version,
-            load_or_fail(g),
+            target.state,
             g.desired,
             dry_run=dry_run,
             timeout=timeout,
@@ -237,7 +263,9 @@ def upgrade(
             write_desired=write_desired,
         )
         try:
-            operations.upgrade(request, g.connect(), emit, lambda line: log.info("%s", line))
+            operations.upgrade(
+                request, g.connect(None, target), emit, lambda line: log.info("%s", line)
+            )
         except operations.UpgradeInterrupted as e:
             stderr().write(f"{e}\n")
             sys.exit(EXIT_SIGINT)

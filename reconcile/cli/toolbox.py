@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO, cast
 
 import click
 
@@ -16,21 +16,24 @@ from reconcile.cli.app import (
     common_options,
     errors_to_exit_codes,
     fail,
-    load_or_fail,
+    load_targets,
     main,
+    one_target,
     outputs,
     stderr,
     stdout,
 )
+from reconcile.cli.fleets import cluster_option
 from reconcile.cli.output import (
     EXIT_DRIFT,
     EXIT_OK,
     Format,
+    Prefixed,
 )
 from reconcile.diagnostics import InvalidInput
 
 if TYPE_CHECKING:
-    pass
+    from reconcile.desired.models import DesiredState
 
 
 @main.command("placement")
@@ -44,20 +47,38 @@ if TYPE_CHECKING:
     show_default=True,
     help="Evaluate against the live nodes with desired/ laid over, or desired/nodes alone.",
 )
-def placement_command(g: Globals, source: str) -> None:
+@cluster_option
+def placement_command(g: Globals, source: str, clusters: tuple[str, ...]) -> None:
     """Where every Pod and pod template in desired/workloads can land, against the labels the
     cluster will have after apply: `<kind>/<namespace>/<name> <node>,<node>...` or
     `<kind>/<namespace>/<name> PENDING <the scheduler's reason>`. Exit 1 if anything cannot
     be placed in full."""
+    from reconcile.cli.fleets import per_cluster
     from reconcile.cli.views import render_placement
-    from reconcile.engine.placement import placement
+    from reconcile.engine.placement import Placement, placement
 
-    with errors_to_exit_codes():
-        state = load_or_fail(g)
-        live = None if source == "desired" else g.connect().list_nodes()
-        results = placement(state, live)
-    render_placement(results, g.output, stdout())
-    sys.exit(EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT)
+    def show(results: list[Placement], out: TextIO, err: TextIO) -> int:
+        render_placement(results, g.output, out)
+        return EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT
+
+    if source == "desired":  # offline: desired/nodes alone, per cluster of a fleet
+        with errors_to_exit_codes():
+            _, targets = load_targets(g, clusters)
+        code = EXIT_OK
+        for target in targets:
+            out, err = stdout(), stderr()
+            if len(targets) > 1:
+                out = cast(TextIO, Prefixed(out, f"{target.name} "))
+            code = max(code, show(placement(target.state, None), out, err))
+        sys.exit(code)
+    sys.exit(
+        per_cluster(
+            g,
+            clusters,
+            lambda target, cluster: placement(target.state, cluster.list_nodes()),
+            show,
+        )
+    )
 
 
 @main.command("import")
@@ -83,12 +104,18 @@ def placement_command(g: Globals, source: str) -> None:
     "only for what differs.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the changes as a diff instead of writing.")
+@click.option(
+    "--cluster",
+    metavar="NAME",
+    help="In a fleet: the cluster to import from (new files go to desired/clusters/NAME/).",
+)
 def import_command(
     g: Globals,
     selector: str | None,
     prefixes: tuple[str, ...],
     group_by: str | None,
     dry_run: bool,
+    cluster: str | None,
 ) -> None:
     """Bring live nodes under git: write desired/nodes/<node>.yaml from their labels.
 
@@ -104,18 +131,25 @@ def import_command(
         if (problem := refused_prefix(prefix)) is not None:
             fail(problem)
     with errors_to_exit_codes():
-        state, problems = load_desired(g.desired) if g.desired.exists() else (None, [])
-        if diag.has_errors(problems):
-            raise InvalidInput(problems)
+        target = None
+        state: DesiredState | None
+        if (g.desired / "clusters.yaml").is_file() or cluster:
+            target = one_target(g, cluster, "import")
+            state, root = target.state, g.desired / "clusters" / str(target.name)
+        else:
+            state, problems = load_desired(g.desired) if g.desired.exists() else (None, [])
+            if diag.has_errors(problems):
+                raise InvalidInput(problems)
+            root = g.desired
         request = ImportRequest(
-            g.desired,
+            root,
             state,
             keep=prefixes or DISCOVERED_PREFIXES,
             excluded=() if prefixes else OPERATOR_PREFIXES,
             selector=selector,
             group_by=group_by,
         )
-        changes = plan_import(request, g.connect())
+        changes = plan_import(request, g.connect(None, target))
         if not dry_run:
             write_import(g.desired, changes)
     render_import(changes, g.output, stdout(), dry_run=dry_run)
@@ -132,7 +166,8 @@ def import_command(
     metavar="NAMESPACE/NAME",
     help="The ServiceAccount reconcile runs as.",
 )
-def rbac_command(g: Globals, service_account: str) -> None:
+@click.option("--cluster", metavar="NAME", help="In a fleet: the cluster whose tree it is for.")
+def rbac_command(g: Globals, service_account: str, cluster: str | None) -> None:
     """Print the ServiceAccount, ClusterRole, Roles and bindings reconcile needs for
     desired/, and nothing more: workload verbs only in the namespaces desired/ declares
     objects in, for the kinds it declares there. Offline; `kubectl apply -f` the output.
@@ -144,7 +179,7 @@ def rbac_command(g: Globals, service_account: str) -> None:
     if problem:
         fail(f"--service-account {problem}")
     with errors_to_exit_codes():
-        state = load_or_fail(g)
+        state = one_target(g, cluster, "rbac").state
     render_rbac(rbac.objects(state, service_account), g.output, stdout())
     sys.exit(EXIT_OK)
 

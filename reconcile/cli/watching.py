@@ -334,6 +334,11 @@ def watch(
 
     if prune and not correct:
         fail("--prune removes labels: it needs --correct")
+    if (g.desired / "clusters.yaml").is_file():
+        fail(
+            f"{g.desired}/clusters.yaml declares a fleet: watch follows one cluster; run one "
+            "watch per cluster, each in its own cluster (the overlay's tree)"
+        )
     namespace, _, lease_name = lease.partition("/")
     if not namespace or not lease_name:
         fail(f"--lease {lease!r} is not NAMESPACE/NAME")

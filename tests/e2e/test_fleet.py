@@ -316,3 +316,75 @@ def test_commands_without_fleet_support_refuse_a_fleet_and_cluster_needs_one(
         no_fleet.stderr.strip() == "error: --cluster needs a fleet: desired/clusters.yaml not found"
     )
     assert snapshot(clusters["lab"]) == before
+
+
+def test_the_commands_that_read_a_cluster_run_on_each_and_prefix_their_lines(
+    fleet: Any,
+) -> None:
+    work, config, _clusters = fleet
+    audit = run_cli("audit", cwd=work, kubeconfig=config)
+    assert audit.code == 1  # driver-lab's nodes carry no GFD labels
+    assert audit.lines[0] == "lab OK"
+    assert all(line.startswith("driver-lab lab-node-") for line in audit.lines[1:])
+    as_json = json.loads(run_cli("audit", "-o", "json", cwd=work, kubeconfig=config).stdout)
+    assert (as_json["kind"], list(as_json["clusters"])) == ("FleetResult", ["lab", "driver-lab"])
+    assert as_json["clusters"]["lab"] == {"ok": True, "findings": []}
+    drivers = run_cli("drivers", "audit", cwd=work, kubeconfig=config)
+    assert (drivers.code, drivers.lines) == (0, ["lab OK", "driver-lab OK"])
+    report = run_cli("report", "--cluster", "driver-lab", cwd=work, kubeconfig=config)
+    assert report.code == 0 and "NODES=4" in report.lines
+    placement = run_cli("placement", cwd=work, kubeconfig=config)
+    assert "driver-lab Deployment/gpu-drv/trainer lab-node-0,lab-node-1,lab-node-2,lab-node-3" in (
+        placement.lines
+    )
+    assert not any(line.startswith("driver-lab Pod/gpu-drv/cuda12") for line in placement.lines)
+
+
+def test_one_cluster_commands_need_cluster_in_a_fleet(fleet: Any) -> None:
+    work, config, clusters = fleet
+    before = {name: snapshot(c) for name, c in clusters.items()}
+    for args in (
+        ("upgrade", "lab-node-2", "--driver", "550.90.07"),
+        ("import", "--dry-run"),
+        ("rbac",),
+    ):
+        result = run_cli(*args, cwd=work, kubeconfig=config)
+        assert (result.code, result.stderr.strip()) == (
+            2,
+            f"error: {args[0]} works on one cluster of the fleet: give --cluster NAME (one "
+            "of: lab, driver-lab)",
+        )
+    watch = run_cli("watch", cwd=work, kubeconfig=config)
+    assert watch.code == 2 and "watch follows one cluster" in watch.stderr
+    imported = run_cli("import", "--dry-run", "--cluster", "lab", cwd=work, kubeconfig=config)
+    assert imported.code == 0
+    assert "+++ desired/clusters/lab/nodes/lab-node-1.yaml" in imported.lines
+    assert {name: snapshot(c) for name, c in clusters.items()} == before
+
+
+def test_the_readmes_fleet_example_runs_as_written(tmp_path: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    readme = (REPO / "README.md").read_text()
+    [line] = [
+        block.strip()
+        for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.DOTALL)
+        if "--seed driver-lab" in block
+    ]
+    work = tmp_path / "repo"
+    shutil.copytree(EXAMPLE, work / "examples" / "fleet")
+    bin_dir = Path(sys.executable).parent
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), "NO_COLOR": "1"}
+    done = subprocess.run(
+        ["sh", "-c", line],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [LAB_LINE, *DRIVER_LAB_LINES] * 2

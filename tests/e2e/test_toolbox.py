@@ -168,12 +168,15 @@ def test_deploy_manifests_validate_and_dry_run_on_the_server(
         "ClusterRole//reconcile",
         "ClusterRoleBinding//reconcile",
         "CronJob/reconcile-system/reconcile-apply",
+        "Deployment/reconcile-system/reconcile-watch",
         "Role/default/reconcile",
         "Role/gpu-drv/reconcile",
         "Role/nfd-lab/reconcile",
+        "Role/reconcile-system/reconcile",
         "RoleBinding/default/reconcile",
         "RoleBinding/gpu-drv/reconcile",
         "RoleBinding/nfd-lab/reconcile",
+        "RoleBinding/reconcile-system/reconcile",
         "ServiceAccount/reconcile-system/reconcile",
     ]
 
@@ -369,7 +372,13 @@ def test_rbac_grants_workload_verbs_only_where_desired_declares_objects(tmp_path
     )
     granted = _rbac(tmp_path)
     roles = {g[0] for g in granted}
-    assert roles == {"*", "default", "kube-system", "team-a"}
+    # and the service account's own namespace, for the Lease of `watch --leader-elect`
+    assert roles == {"*", "default", "kube-system", "team-a", "reconcile-system"}
+    assert {g[1:] for g in granted if g[0] == "reconcile-system"} == {
+        ("coordination.k8s.io", "leases", "get", "reconcile"),
+        ("coordination.k8s.io", "leases", "update", "reconcile"),
+        ("coordination.k8s.io", "leases", "create", ""),
+    }
     assert {g[1:] for g in granted if g[0] == "kube-system"} == {
         ("", "secrets", verb, "") for verb in ("get", "list", "create", "patch", "delete")
     }
@@ -386,16 +395,20 @@ def test_rbac_grants_workload_verbs_only_where_desired_declares_objects(tmp_path
     assert refused.stderr.startswith("error: --service-account 'Bad/x': the namespace")
 
 
-def test_only_reconciles_container_gets_the_token_and_every_container_runs_restricted() -> None:
-    [cronjob] = [o for o in _deploy_objects() if o["kind"] == "CronJob"]
+@pytest.mark.parametrize("kind", ["CronJob", "Deployment"])
+def test_only_reconciles_container_gets_the_token_and_every_container_runs_restricted(
+    kind: str,
+) -> None:
+    [workload] = [o for o in _deploy_objects() if o["kind"] == kind]
     [account] = [o for o in _deploy_objects() if o["kind"] == "ServiceAccount"]
-    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    template = workload["spec"]["jobTemplate"]["spec"] if kind == "CronJob" else workload["spec"]
+    pod = template["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert account["automountServiceAccountToken"] is False
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     [token] = [v for v in pod["volumes"] if "projected" in v]
-    containers = [*pod["initContainers"], *pod["containers"]]
+    containers = [*pod.get("initContainers", ()), *pod["containers"]]
     for container in containers:
         assert container["securityContext"] == {
             "allowPrivilegeEscalation": False,
@@ -652,7 +665,7 @@ def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
     assert version == "0.1.0"
     assert (
         schemas
-        == "['driversupportmatrix.schema.json', 'nodefeatures.schema.json', 'nodegroup.schema.json', 'plan.schema.json']"
+        == "['driversupportmatrix.schema.json', 'fleet.schema.json', 'nodefeatures.schema.json', 'nodegroup.schema.json', 'plan.schema.json']"
     )
     assert all(
         name in requirements for name in ("kubernetes", "pydantic", "ruamel.yaml", "deepdiff")

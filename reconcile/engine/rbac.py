@@ -10,7 +10,9 @@ these rules, and each rule against the requests):
 - workload kinds only where desired/ declares them: one Role per namespace for the
   namespaced kinds it declares there, and for cluster-scoped kinds a ClusterRole rule per
   kind, with the declared names wherever a verb can be limited by name;
-- the inventory ConfigMap `default/reconcile-inventory` by name.
+- the inventory ConfigMap `default/reconcile-inventory` by name;
+- for `watch`: watching nodes, creating Events in `default`, and the Lease
+  `reconcile` in the service account's namespace.
 
 Objects removed from desired/ are pruned with the grants of the tree that declared them:
 regenerate after `apply --prune` has deleted them, not before.
@@ -30,6 +32,10 @@ from reconcile.kube.kinds import BUILTIN_NAMESPACED, plural
 RBAC_API: Final = "rbac.authorization.k8s.io/v1"
 ROLE_NAME: Final = "reconcile"
 SERVICE_ACCOUNT: Final = "reconcile-system/reconcile"
+# Where `watch --correct` records Events about nodes, and the Lease `--leader-elect` takes
+# (in the service account's namespace).
+EVENT_NAMESPACE: Final = "default"
+LEASE_NAME: Final = "reconcile"
 # Read to identify the cluster: the UID of kube-system is fixed for a cluster's lifetime.
 IDENTITY_NAMESPACE: Final = "kube-system"
 # What planning (LIST, dry-run PATCH), applying (PATCH, create by apply) and pruning or
@@ -40,8 +46,8 @@ NAMED_VERBS: Final = ("get", "patch", "delete")
 
 # What the YAML output says first: where it comes from and when to regenerate it.
 HEADER: Final = (
-    "The least privilege reconcile needs (plan, apply --prune/--recreate, upgrade, audit,",
-    "report, import, placement) for the desired/ tree this was generated from, by",
+    "The least privilege reconcile needs (plan, apply --prune/--recreate, watch, upgrade,",
+    "audit, report, import, placement) for the desired/ tree this was generated from, by",
     "`reconcile rbac`. Regenerate it when desired/ changes; keep the old grants until",
     "`apply --prune` has deleted what left desired/. Discovery (/api, /apis) needs no",
     "grant: the default system:discovery role allows it to every authenticated user.",
@@ -120,9 +126,9 @@ def cluster_rules(state: DesiredState) -> list[Rule]:
         Rule(
             "",
             ("nodes",),
-            ("get", "list", "patch"),
+            ("get", "list", "patch", "watch"),
             why="node labels: one paginated LIST to plan, one PATCH per drifted node; "
-            "upgrade and `drivers tag` read one node",
+            "upgrade and `drivers tag` read one node; `watch` follows them",
         ),
         Rule(
             "",
@@ -193,14 +199,17 @@ def cluster_rules(state: DesiredState) -> list[Rule]:
     return rules
 
 
-def namespace_rules(state: DesiredState) -> dict[str, list[Rule]]:
-    """namespace -> the rules of the Role reconcile needs there."""
+def namespace_rules(
+    state: DesiredState, lease_namespace: str = SERVICE_ACCOUNT.partition("/")[0]
+) -> dict[str, list[Rule]]:
+    """namespace -> the rules of the Role reconcile needs there (`watch --leader-elect`
+    takes its Lease in `lease_namespace`, the service account's)."""
     kinds: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     for d in _declared(state):
         if d.namespace:
             kinds[d.namespace][d.group].add(d.plural)
     roles: dict[str, list[Rule]] = {}
-    for namespace in sorted({*kinds, INVENTORY_NAMESPACE}):
+    for namespace in sorted({*kinds, INVENTORY_NAMESPACE, EVENT_NAMESPACE, lease_namespace}):
         rules = []
         for index, group in enumerate(sorted(kinds.get(namespace, {}))):
             rules.append(
@@ -232,6 +241,32 @@ def namespace_rules(state: DesiredState) -> dict[str, list[Rule]]:
                     "by resourceNames (the name of a new object is not known when create "
                     "is authorized), so create on configmaps is granted in this namespace "
                     "only",
+                ),
+            ]
+        if namespace == EVENT_NAMESPACE:
+            rules.append(
+                Rule(
+                    "events.k8s.io",
+                    ("events",),
+                    ("create",),
+                    why="`watch --correct` records an Event on each node it corrects "
+                    "(events about cluster-scoped objects live in default)",
+                )
+            )
+        if namespace == lease_namespace:
+            rules += [
+                Rule(
+                    "coordination.k8s.io",
+                    ("leases",),
+                    ("get", "update"),
+                    (LEASE_NAME,),
+                    why="`watch --leader-elect`: one replica writes, while it holds the Lease",
+                ),
+                Rule(
+                    "coordination.k8s.io",
+                    ("leases",),
+                    ("create",),
+                    why="the first replica creates the Lease (create cannot be limited by name)",
                 ),
             ]
         roles[namespace] = rules
@@ -298,7 +333,7 @@ def objects(state: DesiredState, service_account: str = SERVICE_ACCOUNT) -> list
         _role("ClusterRole", "", cluster_rules(state), ""),
         _binding("ClusterRoleBinding", "ClusterRole", "", account),
     ]
-    roles = namespace_rules(state)
+    roles = namespace_rules(state, namespace)
     found += [
         RbacObject(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": where}},

@@ -28,12 +28,17 @@ def _prune_policy(words: list[str]) -> list[str]:
     return [w for w in words if w in PRUNE_FLAGS]
 
 
-def test_the_apply_workflow_prunes_as_the_cronjob_does() -> None:
+def test_the_apply_workflow_prunes_as_the_cronjob_and_the_watch_do() -> None:
     cronjob = yaml.safe_load((REPO / "deploy" / "cronjob.yaml").read_text())
     [container] = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    watch = yaml.safe_load((REPO / "deploy" / "watch.yaml").read_text())
+    [watcher] = [
+        c for c in watch["spec"]["template"]["spec"]["containers"] if c["name"] == "reconcile"
+    ]
     script = _step("apply.yml", "apply")["run"]
     [command] = [line for line in script.splitlines() if "reconcile apply" in line]
     assert _prune_policy(container["args"]) == _prune_policy(command.split()) == ["--prune"]
+    assert _prune_policy(watcher["args"]) == ["--prune"]
 
 
 def test_the_plan_workflow_plans_with_the_apply_prune_policy() -> None:

@@ -35,8 +35,12 @@ from reconcile.cli.output import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from reconcile.cli.app import Target
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report
+    from reconcile.gpu.rollout import RolloutRequest
     from reconcile.gpu.upgrade import Step
 
 
@@ -189,14 +193,43 @@ def report(g: Globals, clusters: tuple[str, ...]) -> None:
 
 @main.command()
 @common_options
-@outputs(Format.TEXT)
-@click.argument("node")
+@outputs(*TEXT_AND_JSON)
+@click.argument("nodes", nargs=-1)
 @click.option(
     "--driver",
     "version",
     required=True,
     metavar="MAJOR.MINOR.REV",
     help="The driver version to move to, e.g. 550.90.07.",
+)
+@click.option("-l", "--selector", metavar="SELECTOR", help="The pool: every node it selects.")
+@click.option(
+    "--max-parallel",
+    type=click.IntRange(1, 100),
+    default=1,
+    show_default=True,
+    help="Nodes upgraded at once (a batch).",
+)
+@click.option(
+    "--max-unavailable",
+    default="25%",
+    show_default=True,
+    metavar="N|P%",
+    help="Selected GPU nodes that may be cordoned or not Ready at once (percent rounds up).",
+)
+@click.option("--canary", metavar="NODE", help="Upgrade this node alone, first.")
+@click.option(
+    "--wait-for-completion",
+    metavar="POD-SELECTOR",
+    help="Before draining a node, wait for its pods matching this selector to finish.",
+)
+@click.option(
+    "--wait-timeout",
+    default="1h",
+    show_default=True,
+    callback=duration,
+    metavar="DURATION",
+    help="How long --wait-for-completion waits per node.",
 )
 @click.option(
     "--dry-run", is_flag=True, help="Run the preflight and print the steps, change nothing."
@@ -217,13 +250,20 @@ def report(g: Globals, clusters: tuple[str, ...]) -> None:
 @click.option(
     "--write-desired",
     is_flag=True,
-    help="Update the node's file in desired/ to the new driver (comments and order kept).",
+    help="Update the driver labels in desired/ (the node files or the group that declares "
+    "them; comments and order kept).",
 )
-@click.option("--cluster", metavar="NAME", help="In a fleet: the cluster the node is in.")
+@click.option("--cluster", metavar="NAME", help="In a fleet: the cluster the nodes are in.")
 def upgrade(
     g: Globals,
-    node: str,
+    nodes: tuple[str, ...],
     version: str,
+    selector: str | None,
+    max_parallel: int,
+    max_unavailable: str,
+    canary: str | None,
+    wait_for_completion: str | None,
+    wait_timeout: float,
     dry_run: bool,
     timeout: float,
     ignore_daemonsets: bool,
@@ -231,44 +271,204 @@ def upgrade(
     write_desired: bool,
     cluster: str | None,
 ) -> None:
-    """Move one node to another driver the way the GPU Operator's upgrade controller does:
+    """Move nodes to another driver the way the GPU Operator's upgrade controller does:
     image in the support matrix first, budgets second, then cordon, drain through the
     Eviction API, relabel, validate, uncordon. Each step moves the node's
     nvidia.com/gpu-driver-upgrade-state label; an interrupted run resumes from it.
-    """
-    from reconcile.gpu import drivers, operations
-    from reconcile.gpu.upgrade import UpgradeFailed
 
-    check_node_name(node)
+    \b
+    One NODE: its steps, one line each. A pool (--selector, or several NODEs): every node
+    preflighted before the first write, then batches of --max-parallel, `<node> <state>`
+    per state change.
+    """
+    from reconcile.gpu import drivers
+
+    for node in (*nodes, *([canary] if canary else [])):
+        check_node_name(node)
+    if bool(nodes) == bool(selector):
+        fail("give the NODE(s) to upgrade, or --selector for a pool (not both)")
     try:
         drivers.split_driver_version(version)
     except ValueError as e:
         fail(str(e))
+    pool = (
+        selector is not None
+        or len(nodes) > 1
+        or canary is not None
+        or wait_for_completion is not None
+        or max_parallel != 1
+        or max_unavailable != "25%"
+        or g.output is Format.JSON
+    )
+    with errors_to_exit_codes():
+        target = one_target(g, cluster, "upgrade")
+        if not pool:
+            _upgrade_one(
+                g,
+                target,
+                nodes[0],
+                version,
+                dry_run,
+                timeout,
+                ignore_daemonsets,
+                force,
+                write_desired,
+            )
+        from reconcile.gpu.rollout import RolloutRequest
+
+        request = RolloutRequest(
+            version,
+            target.state,
+            nodes=nodes,
+            selector=selector,
+            max_parallel=max_parallel,
+            max_unavailable=max_unavailable,
+            canary=canary,
+            wait_for_completion=wait_for_completion,
+            wait_timeout=wait_timeout,
+            timeout=timeout,
+            ignore_daemonsets=ignore_daemonsets,
+            force=force,
+        )
+        _rollout(g, target, request, dry_run=dry_run, write_desired=write_desired)
+
+
+def _upgrade_one(
+    g: Globals,
+    target: Target,
+    node: str,
+    version: str,
+    dry_run: bool,
+    timeout: float,
+    ignore_daemonsets: bool,
+    force: bool,
+    write_desired: bool,
+) -> None:
+    from reconcile.gpu import operations
+    from reconcile.gpu.upgrade import UpgradeFailed
 
     def emit(step: Step) -> None:
         stdout().write(upgrade_line(step) + "\n")
         stdout().flush()
 
-    with errors_to_exit_codes():
-        target = one_target(g, cluster, "upgrade")
-        request = operations.UpgradeRequest(
-            node,
-            version,
-            target.state,
-            g.desired,
-            dry_run=dry_run,
-            timeout=timeout,
-            ignore_daemonsets=ignore_daemonsets,
-            force=force,
-            write_desired=write_desired,
+    request = operations.UpgradeRequest(
+        node,
+        version,
+        target.state,
+        g.desired,
+        dry_run=dry_run,
+        timeout=timeout,
+        ignore_daemonsets=ignore_daemonsets,
+        force=force,
+        write_desired=write_desired,
+    )
+    try:
+        operations.upgrade(
+            request, g.connect(None, target), emit, lambda line: log.info("%s", line)
         )
-        try:
-            operations.upgrade(
-                request, g.connect(None, target), emit, lambda line: log.info("%s", line)
-            )
-        except operations.UpgradeInterrupted as e:
-            stderr().write(f"{e}\n")
-            sys.exit(EXIT_SIGINT)
-        except UpgradeFailed as e:
-            fail(str(e))
+    except operations.UpgradeInterrupted as e:
+        stderr().write(f"{e}\n")
+        sys.exit(EXIT_SIGINT)
+    except UpgradeFailed as e:
+        fail(str(e))
     sys.exit(EXIT_OK)
+
+
+def _rollout(
+    g: Globals, target: Target, request: RolloutRequest, *, dry_run: bool, write_desired: bool
+) -> None:
+    """A pool: preflight everything, print the batches (dry run) or run them."""
+    import datetime
+    import threading
+
+    from reconcile.cli.app import Phases, stoppable
+    from reconcile.cli.views import write_json
+    from reconcile.gpu import operations
+    from reconcile.gpu.upgrade import STATE
+
+    events: list[dict[str, str]] = []
+    states: dict[str, str] = {}
+    lock = threading.Lock()
+    summary = Phases()
+
+    def emit(step: Step) -> None:
+        if step.field != STATE:
+            log.debug("%s", upgrade_line(step))
+            return
+        with lock:
+            when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            events.append({"time": when, "node": step.subject, "state": step.value})
+            states[step.subject] = step.value
+            if g.output is Format.TEXT:
+                summary.done()
+                stdout().write(f"{step.subject} {step.value}\n")
+                stdout().flush()
+            finished = sum(1 for v in states.values() if v == "upgrade-done")
+            summary(f"rollout: {finished} done, {len(states) - finished} started")
+
+    cluster = g.connect(None, target)
+    job, plan = operations.rollout_plan(request, cluster, emit, lambda line: log.info("%s", line))
+    marker = " (dry run)" if dry_run else ""
+    if dry_run or g.output is Format.TEXT:
+        lines = [f"{node} done (already on {request.version}){marker}" for node in plan.done]
+        lines += [
+            f"batch {b.number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}{marker}"
+            for b in plan.batches
+        ]
+        if g.output is Format.TEXT:
+            stdout().write("".join(line + "\n" for line in lines))
+            stdout().flush()
+    document: dict[str, object] = {
+        "apiVersion": "reconcile.dev/v1alpha1",
+        "kind": "Rollout",
+        "driver": request.version,
+        "dryRun": dry_run,
+        "maxUnavailable": plan.limit,
+        "batches": [{"nodes": list(b.nodes), "canary": b.canary} for b in plan.batches],
+        "alreadyDone": list(plan.done),
+    }
+    if dry_run:
+        if g.output is Format.JSON:
+            write_json(document, stdout())
+        sys.exit(EXIT_OK)
+    with stoppable() as stopped:
+        watcher = threading.Thread(
+            target=lambda: _stop_when(stopped, job.stop), daemon=True, name="rollout-stop"
+        )
+        watcher.start()
+        result = job.run(plan)
+    summary.done()
+    document.update(
+        done=list(result.done),
+        failed=[{"node": n, "error": e} for n, e in result.failed],
+        notStarted=list(result.not_started),
+        events=events,
+    )
+    if g.output is Format.JSON:
+        write_json(document, stdout())
+    if write_desired and result.done:
+        live = cluster.list_nodes()
+        written, notes = operations.write_driver_labels(
+            request.desired, g.desired, request.version, result.done, live
+        )
+        for line in written:
+            log.info("%s: commit it", line)
+        for line in notes:
+            log.warning("%s", line)
+    if result.ok:
+        sys.exit(EXIT_OK)
+    parts = [f"{n} failed: {e}" for n, e in result.failed]
+    parts.append(f"done: {', '.join(result.done) or 'none'}")
+    parts.append(f"not started: {', '.join(result.not_started) or 'none'}")
+    if stopped:
+        stderr().write("interrupted: " + "; ".join(parts) + "; rerun the same command to resume\n")
+        sys.exit(EXIT_SIGINT)
+    fail("rollout stopped: " + "; ".join(parts) + "; rerun the same command to resume")
+
+
+def _stop_when(stopped: list[int], stop: Callable[[], None]) -> None:
+    import time
+
+    while not stopped:
+        time.sleep(0.2)
+    stop()

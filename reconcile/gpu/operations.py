@@ -4,17 +4,29 @@ report, and one node's driver upgrade in the GPU Operator's order."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from reconcile.desired.loader import write_labels
-from reconcile.desired.models import DesiredState
+from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import ReconcileError
 from reconcile.gpu import drivers
 from reconcile.gpu.drivers import AuditFinding, Coverage
-from reconcile.gpu.upgrade import PodToEvict, Step, Upgrade, UpgradeCluster, UpgradeFailed
+from reconcile.gpu.rollout import Rollout, RolloutCluster, RolloutPlan, RolloutRequest
+from reconcile.gpu.upgrade import (
+    TARGET_ANNOTATION,
+    UPGRADE_DONE,
+    UPGRADE_REQUIRED,
+    Declared,
+    PodToEvict,
+    Step,
+    Upgrade,
+    UpgradeCluster,
+    UpgradeFailed,
+)
 from reconcile.kube.objects import LiveNode
 
 
@@ -114,6 +126,37 @@ class UpgradeRequest:
     write_desired: bool = False
 
 
+def declared_budgets(state: DesiredState) -> Declared:
+    """The PodDisruptionBudgets desired/ declares, with where each field is written."""
+    found: dict[tuple[str, str], Callable[[str], str]] = {}
+    for manifest in state.manifests:
+        if manifest.kind == "PodDisruptionBudget" and manifest.api_version.startswith("policy/"):
+            found[(manifest.namespace, manifest.name)] = functools.partial(_field_at, manifest)
+    return found
+
+
+def _field_at(manifest: Manifest, name: str) -> str:
+    return str(manifest.at(("spec", name)))
+
+
+def at_target(live: LiveNode, version: str) -> bool:
+    """The node runs `version` already and no upgrade of it is in progress: nothing to do
+    (a node in the middle of an upgrade to the same version is resumed instead)."""
+    major, minor, rev = drivers.split_driver_version(version)
+    labels = live.labels
+    state = labels.get(drivers.UPGRADE_STATE)
+    return (
+        (
+            labels.get(drivers.DRIVER_MAJOR),
+            labels.get(drivers.DRIVER_MINOR),
+            labels.get(drivers.DRIVER_REV),
+        )
+        == (major, minor, rev)
+        and state in (None, "", UPGRADE_DONE, UPGRADE_REQUIRED)
+        and TARGET_ANNOTATION not in live.annotations
+    )
+
+
 class UpgradeInterrupted(ReconcileError):
     """Ctrl-C during an upgrade: the node is at a state a rerun resumes from."""
 
@@ -143,13 +186,15 @@ def upgrade(
         timeout=request.timeout,
         ignore_daemonsets=request.ignore_daemonsets,
         force=request.force,
+        declared=declared_budgets(state),
     )
     live = cluster.get_node(node)
     wanted = job.driver_labels()
-    if live.labels.get(drivers.UPGRADE_STATE) == "upgrade-done" and all(
-        live.labels.get(k) == v for k, v in wanted.items()
-    ):
-        note(f"{node} is already on driver {request.version}")
+    if at_target(live, request.version):
+        note(f"{node} is already on driver {request.version}: nothing to do")
+        _desired_note(
+            request, wanted, write=request.write_desired and not request.dry_run, note=note
+        )
         return
     start, tag, evictions = job.preflight(live)
     _preflight_notes(note, node, live, start, tag, evictions)
@@ -211,3 +256,59 @@ def _desired_note(
         f"{where} still declares {olds}: the next `reconcile apply` reverts this upgrade. "
         "Change the file too (or rerun with --write-desired)"
     )
+
+
+# --- a pool's driver rollout --------------------------------------------------------------
+
+
+def rollout_plan(
+    request: RolloutRequest,
+    cluster: RolloutCluster,
+    emit: Callable[[Step], None],
+    note: Callable[[str], None],
+) -> tuple[Rollout, RolloutPlan]:
+    """The whole rollout preflighted before any write: UpgradeRefused naming every
+    problem, or the rollout and its batches."""
+    job = Rollout(
+        request, cluster, emit=emit, note=note, declared=declared_budgets(request.desired)
+    )
+    return job, job.preflight()
+
+
+def write_driver_labels(
+    state: DesiredState, root: Path, version: str, upgraded: Sequence[str], live: Sequence[LiveNode]
+) -> tuple[list[str], list[str]]:
+    """After a rollout: the driver labels of the `upgraded` nodes in desired/, where they
+    are declared (a node's file, or the NodeGroup that gives them), comments and order
+    kept. (files changed as `file: key=value, ...`, notes on what was left alone: a group
+    that also covers nodes not upgraded)."""
+    from reconcile.engine.groups import compiled
+
+    major, minor, rev = drivers.split_driver_version(version)
+    wanted = {drivers.DRIVER_MAJOR: major, drivers.DRIVER_MINOR: minor, drivers.DRIVER_REV: rev}
+    declarers = [state.nodes[n] for n in upgraded if n in state.nodes]
+    notes = []
+    for group, selector in compiled(state.groups):
+        members = {n.name for n in live if selector.matches(n.labels)}
+        if not members & set(upgraded) or not any(k in group.node.labels for k in wanted):
+            continue
+        others = sorted(members - set(upgraded))
+        if others:
+            notes.append(
+                f"{group.node.source.file}: NodeGroup {group.name} also covers {', '.join(others)}, "
+                "which were not upgraded: not edited"
+            )
+            continue
+        declarers.append(group.node)
+    written = []
+    for declared in declarers:
+        stale = {
+            k: v for k, v in wanted.items() if k in declared.labels and declared.labels[k] != v
+        }
+        if stale:
+            changed = write_labels(root, declared, stale)
+            if changed:
+                written.append(
+                    f"{declared.source.file}: " + ", ".join(f"{k}={stale[k]}" for k in changed)
+                )
+    return written, notes

@@ -151,7 +151,11 @@ def _spec_summary(spec: Mapping[str, Any]) -> str:
     return "no minAvailable or maxUnavailable"
 
 
-def _suggestion(budget: Mapping[str, Any], shortfall: int) -> str:
+# Where desired/ declares a budget's field: (namespace, name) -> field -> "file:line:col".
+Declared = Mapping[tuple[str, str], Callable[[str], str]]
+
+
+def _suggestion(budget: Mapping[str, Any], shortfall: int, declared: Declared) -> str:
     spec = budget.get("spec") or {}
     metadata = budget.get("metadata") or {}
     name, namespace = metadata.get("name"), metadata.get("namespace")
@@ -162,6 +166,15 @@ def _suggestion(budget: Mapping[str, Any], shortfall: int) -> str:
         field_, value = "maxUnavailable", maximum + shortfall
     else:
         return f"allow {shortfall} more disruption(s) in its spec, or add healthy replicas first"
+    where = declared.get((str(namespace), str(name)))
+    if where is not None:
+        # A budget desired/ declares: a kubectl patch would be reverted by the next apply
+        # (and would take the field from reconcile's field manager): the file is the place.
+        return (
+            f"set spec.{field_} to {value} at {where(field_)} (desired/ declares this budget: "
+            "a `kubectl patch` would be reverted by the next apply), commit and apply it; or "
+            "add healthy replicas first"
+        )
     patch = f'{{"spec":{{"{field_}":{value}}}}}'
     return (
         f"set {field_} to {value} (kubectl patch pdb {name} -n {namespace} --type=merge -p '{patch}'), "
@@ -170,10 +183,14 @@ def _suggestion(budget: Mapping[str, Any], shortfall: int) -> str:
 
 
 def budget_blockers(
-    evictions: list[PodToEvict], budgets_by_namespace: Mapping[str, list[dict[str, Any]]], node: str
+    evictions: list[PodToEvict],
+    budgets_by_namespace: Mapping[str, list[dict[str, Any]]],
+    node: str,
+    declared: Declared | None = None,
 ) -> list[str]:
-    """Budgets that would refuse an eviction before the node is empty, each named with
-    its spec, healthy count and what change would let the drain pass."""
+    """Budgets that would refuse an eviction before the node is empty (or the batch of
+    nodes `node` names), each named with its spec, healthy count and what change would
+    let the drain pass: in desired/ when it declares the budget (`declared`)."""
     needed: dict[tuple[str, str], int] = {}
     found: dict[tuple[str, str], dict[str, Any]] = {}
     problems: list[str] = []
@@ -215,7 +232,7 @@ def budget_blockers(
             f"PodDisruptionBudget {key[0]}/{key[1]} blocks the drain of {node}: "
             f"{_spec_summary(budget.get('spec') or {})}, {status.get('currentHealthy', 0)} healthy "
             f"(disruptionsAllowed {allowed}), and the drain must evict {count} of its pods: "
-            + _suggestion(budget, count - allowed)
+            + _suggestion(budget, count - allowed, declared or {})
         )
     return problems
 
@@ -235,6 +252,7 @@ class Upgrade:
     force: bool = False
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
+    declared: Declared = field(default_factory=dict)
     state: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -286,7 +304,7 @@ class Upgrade:
             )
             namespaces = sorted({p.namespace for p in evictions})
             budgets = {ns: self.cluster.budgets(ns) for ns in namespaces}
-            blockers = budget_blockers(evictions, budgets, self.node)
+            blockers = budget_blockers(evictions, budgets, self.node, self.declared)
             if blockers:
                 raise UpgradeRefused("; ".join(blockers) + " (nothing was changed)")
         return start, tag, evictions

@@ -217,6 +217,10 @@ def node_from_json(item: dict[str, Any]) -> LiveNode:
         unschedulable=bool(spec.get("unschedulable", False)),
         taints=tuple(spec.get("taints") or ()),
         label_managers=label_managers(metadata),
+        ready=any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (item.get("status") or {}).get("conditions") or ()
+        ),
     )
 
 

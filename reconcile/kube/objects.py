@@ -22,6 +22,8 @@ class LiveNode:
     taints: tuple[dict[str, Any], ...] = ()
     # label key -> the field manager that last wrote it (from metadata.managedFields)
     label_managers: dict[str, str] = field(default_factory=dict)
+    # status.conditions Ready is True
+    ready: bool = True
 
 
 @dataclass(frozen=True)

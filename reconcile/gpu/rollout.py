@@ -1,0 +1,370 @@
+"""A driver change across a pool of nodes: every node preflighted before the first write,
+batches simulated against the disruption budgets, then the batches in order, each node
+walking the GPU Operator's states (upgrade.py), never more nodes unavailable than allowed.
+
+Preflight reports every problem in one run: the missing support-matrix rows (all of
+them), the nodes that are not GPU nodes, and each batch a budget would block, with the
+smallest change that lets it through (in desired/ when desired/ declares the budget).
+Execution stops at the first node that fails: nodes not started are untouched, the failed
+one stays cordoned in `upgrade-failed`, and a rerun resumes (nodes at the target driver
+are skipped and listed as done).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from reconcile.desired.models import DesiredState
+from reconcile.diagnostics import NotFound, ReconcileError
+from reconcile.gpu import drivers
+from reconcile.gpu.upgrade import (
+    Declared,
+    PodToEvict,
+    Step,
+    Upgrade,
+    UpgradeCluster,
+    UpgradeFailed,
+    UpgradeRefused,
+    budget_blockers,
+    pods_to_evict,
+)
+from reconcile.kube.objects import LiveNode
+from reconcile.kube.selector import SelectorError
+from reconcile.kube.selector import parse as parse_selector
+
+WAIT_POLL_SECONDS = 2.0
+
+
+class RolloutCluster(UpgradeCluster, Protocol):
+    def list_nodes(self, *, label_selector: str | None = None) -> list[LiveNode]: ...
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    version: str
+    desired: DesiredState
+    nodes: tuple[str, ...] = ()
+    selector: str | None = None
+    max_parallel: int = 1
+    # An absolute number or a percentage of the selection's GPU nodes ("25%", rounded up).
+    max_unavailable: str = "25%"
+    canary: str | None = None
+    # Pods (a label selector) that must finish on a node before it is drained.
+    wait_for_completion: str | None = None
+    wait_timeout: float = 3600.0
+    timeout: float = 300.0
+    ignore_daemonsets: bool = False
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Batch:
+    number: int
+    nodes: tuple[str, ...]
+    canary: bool = False
+
+
+@dataclass(frozen=True)
+class RolloutPlan:
+    """What a rollout will do: the batches, the nodes already done, and the limit."""
+
+    batches: tuple[Batch, ...]
+    done: tuple[str, ...]
+    limit: int
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def targets(self) -> list[str]:
+        return [name for batch in self.batches for name in batch.nodes]
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    done: tuple[str, ...]
+    failed: tuple[tuple[str, str], ...]
+    not_started: tuple[str, ...]
+    skipped: tuple[str, ...]  # at the target before the run
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.not_started
+
+
+def limit_of(max_unavailable: str, pool: int) -> int:
+    """`N` or `P%` of `pool` (rounded up, as the operator's upgrade policy does); at least 1."""
+    text = max_unavailable.strip()
+    try:
+        if text.endswith("%"):
+            percent = int(text[:-1])
+            if not 0 <= percent <= 100:
+                raise ValueError
+            return max(1, math.ceil(pool * percent / 100))
+        value = int(text)
+        if value < 1:
+            raise ValueError
+        return value
+    except ValueError:
+        raise UpgradeRefused(
+            f"--max-unavailable {max_unavailable!r}: give a number of nodes (at least 1) or a "
+            "percentage (e.g. 25%)"
+        ) from None
+
+
+def _unavailable(node: LiveNode) -> bool:
+    return node.unschedulable or not node.ready
+
+
+class Rollout:
+    def __init__(
+        self,
+        request: RolloutRequest,
+        cluster: RolloutCluster,
+        *,
+        emit: Callable[[Step], None],
+        note: Callable[[str], None],
+        declared: Declared,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.request = request
+        self.cluster = cluster
+        self.emit = emit
+        self.note = note
+        self.declared = declared
+        self.sleep = sleep
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._active: set[str] = set()  # started, not finished
+
+    # --- which nodes ------------------------------------------------------------------------
+
+    def _selection(self) -> list[LiveNode]:
+        request = self.request
+        if request.selector is not None:
+            try:
+                parse_selector(request.selector)
+            except SelectorError as e:
+                raise UpgradeRefused(f"--selector {request.selector!r}: {e}") from None
+            found = self.cluster.list_nodes(label_selector=request.selector)
+            if not found:
+                raise UpgradeRefused(f"--selector {request.selector} selects no node")
+            return sorted(found, key=lambda n: n.name)
+        nodes, missing = [], []
+        for name in request.nodes:
+            try:
+                nodes.append(self.cluster.get_node(name))
+            except NotFound:
+                missing.append(name)
+        if missing:
+            raise UpgradeRefused(f"no such node: {', '.join(missing)} (nothing was changed)")
+        return nodes
+
+    # --- preflight --------------------------------------------------------------------------
+
+    def _job(self, node: str) -> Upgrade:
+        request = self.request
+        return Upgrade(
+            self.cluster,
+            node,
+            request.version,
+            request.desired.matrix_tags,
+            self.emit,
+            self.note,
+            timeout=request.timeout,
+            ignore_daemonsets=request.ignore_daemonsets,
+            force=request.force,
+            sleep=self.sleep,
+            clock=self.clock,
+            declared=self.declared,
+        )
+
+    def preflight(self) -> RolloutPlan:
+        """Every problem of the whole rollout in one UpgradeRefused, or the plan."""
+        from reconcile.gpu.operations import at_target
+
+        request = self.request
+        if not request.desired.matrix:
+            raise UpgradeRefused(
+                "no support matrix in desired/drivers/: the target image cannot be checked"
+            )
+        selection = self._selection()
+        names = [n.name for n in selection]
+        if request.canary is not None and request.canary not in names:
+            raise UpgradeRefused(f"--canary {request.canary} is not among the selected nodes")
+        problems: list[str] = []
+        not_gpu = [n.name for n in selection if not drivers.is_gpu_node(n.labels)]
+        if not_gpu:
+            problems.append(
+                f'not GPU nodes ({drivers.GPU_PRESENT} is not "true"): {", ".join(not_gpu)}'
+            )
+        gpu = [n for n in selection if n.name not in not_gpu]
+        done = [n.name for n in gpu if at_target(n, request.version)]
+        todo = [n for n in gpu if n.name not in done]
+        tags: dict[str, str] = {}
+        missing: dict[str, list[str]] = {}
+        for node in todo:
+            job = self._job(node.name)
+            labels = {**node.labels, drivers.DRIVER_MAJOR: job.major}
+            try:
+                tag = drivers.node_tag(node.name, labels)
+            except drivers.TagError as e:
+                problems.append(str(e))
+                continue
+            tags[node.name] = tag
+            if tag not in request.desired.matrix_tags:
+                row = f"{job.major},{labels[drivers.KERNEL]},{labels[drivers.OS_ID]}{labels[drivers.OS_VERSION]}"
+                missing.setdefault(row, []).append(node.name)
+        if missing:
+            rows = "; ".join(
+                f"`{row}` (for {', '.join(nodes)})" for row, nodes in sorted(missing.items())
+            )
+            problems.append(
+                f"{len(missing)} driver image(s) are not in the support matrix: build and push "
+                f"them, then add the row(s) to desired/drivers/: {rows}"
+            )
+        limit = limit_of(request.max_unavailable, len(gpu))
+        already = [n.name for n in todo if _unavailable(n)] + [
+            n.name for n in gpu if n.name in done and _unavailable(n)
+        ]
+        if len(already) >= limit:
+            problems.append(
+                f"{len(already)} of the selected GPU nodes are unavailable already "
+                f"({', '.join(already)}), and --max-unavailable allows {limit}"
+            )
+        batches = self._batches([n.name for n in todo], min(request.max_parallel, limit))
+        problems += self._budget_problems(batches)
+        if problems:
+            raise UpgradeRefused("; ".join(problems) + " (nothing was changed)")
+        return RolloutPlan(tuple(batches), tuple(done), limit, tags)
+
+    def _batches(self, names: list[str], width: int) -> list[Batch]:
+        canary = self.request.canary
+        batches: list[Batch] = []
+        if canary is not None and canary in names:
+            batches.append(Batch(1, (canary,), canary=True))
+            names = [n for n in names if n != canary]
+        width = max(1, width)
+        for start in range(0, len(names), width):
+            batches.append(Batch(len(batches) + 1, tuple(names[start : start + width])))
+        return batches
+
+    def _budget_problems(self, batches: Sequence[Batch]) -> list[str]:
+        """Each batch's evictions, all at once, against the budgets as they are now."""
+        problems: list[str] = []
+        budgets: dict[str, list[dict[str, Any]]] = {}
+        for batch in batches:
+            evictions: list[PodToEvict] = []
+            for node in batch.nodes:
+                try:
+                    evictions += pods_to_evict(
+                        self.cluster.pods_on(node),
+                        ignore_daemonsets=self.request.ignore_daemonsets,
+                        force=self.request.force,
+                    )
+                except UpgradeRefused as e:
+                    problems.append(f"{node}: {e}")
+            for namespace in sorted({p.namespace for p in evictions} - budgets.keys()):
+                budgets[namespace] = self.cluster.budgets(namespace)
+            subject = f"batch {batch.number} ({', '.join(batch.nodes)})"
+            problems += budget_blockers(evictions, budgets, subject, self.declared)
+        return problems
+
+    # --- execution --------------------------------------------------------------------------
+
+    def run(self, plan: RolloutPlan) -> RolloutResult:
+        done: list[str] = []
+        failed: list[tuple[str, str]] = []
+        started: set[str] = set()
+        selection = set(plan.targets) | set(plan.done)
+        for batch in plan.batches:
+            if failed or self._stop.is_set():
+                break
+
+            def one(node: str) -> None:
+                if failed or self._stop.is_set():
+                    return
+                try:
+                    self._wait_for_room(node, selection, plan.limit)
+                    with self._lock:
+                        started.add(node)
+                    self._upgrade(node)
+                except ReconcileError as e:
+                    with self._lock:
+                        failed.append((node, str(e)))
+                    return
+                finally:
+                    with self._lock:
+                        self._active.discard(node)
+                with self._lock:
+                    done.append(node)
+
+            with ThreadPoolExecutor(max_workers=len(batch.nodes)) as pool:
+                list(pool.map(one, batch.nodes))
+        not_started = tuple(n for n in plan.targets if n not in started)
+        return RolloutResult(tuple(sorted(done)), tuple(failed), not_started, plan.done)
+
+    def stop(self) -> None:
+        """Start no other node (the ones in flight finish their current upgrade)."""
+        self._stop.set()
+
+    def _wait_for_room(self, node: str, selection: set[str], limit: int) -> None:
+        """Before a cordon: the live unavailable count of the selection, with this node,
+        may not exceed the limit. Waits (another node of the batch may be uncordoning)."""
+        deadline = self.clock() + self.request.timeout
+        while True:
+            with self._lock:
+                live = [
+                    n
+                    for n in self.cluster.list_nodes(label_selector=drivers.GPU_NODES)
+                    if n.name in selection
+                ]
+                # Nodes of this run already started count even before their cordon lands.
+                busy = {n.name for n in live if _unavailable(n)} | self._active
+                if node in busy or len(busy | {node}) <= limit:
+                    self._active.add(node)
+                    return
+            if self.clock() >= deadline:
+                raise UpgradeFailed(
+                    f"{node}: {len(busy)} selected node(s) stayed unavailable "
+                    f"({', '.join(sorted(busy))}) for {self.request.timeout:g}s: "
+                    f"--max-unavailable allows {limit}; nothing was done to {node}"
+                )
+            self.sleep(WAIT_POLL_SECONDS)
+
+    def _upgrade(self, node: str) -> None:
+        job = self._job(node)
+        live = self.cluster.get_node(node)
+        start, tag, evictions = job.preflight(live)
+        if self.request.wait_for_completion:
+            self._wait_for_pods(node)
+        job.run(start, tag, evictions)
+
+    def _wait_for_pods(self, node: str) -> None:
+        """The operator's waitForCompletion: pods matching the selector on the node finish
+        (Succeeded or Failed, or gone) before it is drained."""
+        selector = parse_selector(str(self.request.wait_for_completion))
+        deadline = self.clock() + self.request.wait_timeout
+        while True:
+            running = [
+                str((p.get("metadata") or {}).get("name"))
+                for p in self.cluster.pods_on(node)
+                if selector.matches((p.get("metadata") or {}).get("labels") or {})
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            ]
+            if not running:
+                return
+            if self.clock() >= deadline:
+                raise UpgradeFailed(
+                    f"{node}: pods still running after --wait-timeout "
+                    f"{self.request.wait_timeout:g}s: {', '.join(running)}; nothing was done to "
+                    f"{node}"
+                )
+            self.emit(Step(node, "waiting-for", ",".join(running)))
+            self.sleep(WAIT_POLL_SECONDS)

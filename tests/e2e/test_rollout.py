@@ -1,0 +1,336 @@
+"""A driver change across a pool of six GPU nodes: everything preflighted before the first
+write, batches simulated against the budget, never more nodes unavailable than allowed,
+the first failure stops the rollout and a rerun finishes it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconcile.sandbox.errors import ApiStatus
+from reconcile.sandbox.server import FaultInjector, Route
+from tests.conftest import ClusterFactory
+from tests.e2e.test_prune_guards import snapshot
+from tests.support import TestCluster, run_cli
+
+POOL = [f"pool-{i}" for i in range(6)]
+TARGET = "550.90.07"
+SELECTOR = "example.com/pool=a100"
+MATRIX = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: DriverSupportMatrix
+metadata: {name: images}
+rows:
+- {branch: "550", kernel: 5.15.0-107-generic, osTag: ubuntu22.04}
+"""
+BUDGET = """\
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: trainer-pdb
+  namespace: train
+spec:
+  minAvailable: 5
+  selector:
+    matchLabels: {app: trainer}
+"""
+
+
+def _node(name: str, **extra: str) -> dict[str, Any]:
+    labels = {
+        "kubernetes.io/hostname": name,
+        "example.com/pool": "a100",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+        "nvidia.com/gpu.count": "8",
+        "feature.node.kubernetes.io/kernel-version.full": "5.15.0-107-generic",
+        "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
+        "nvidia.com/cuda.driver.major": "535",
+        "nvidia.com/cuda.driver.minor": "183",
+        "nvidia.com/cuda.driver.rev": "06",
+        **extra,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def _objects(*, budget: bool) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = [_node(name) for name in POOL]
+    objects.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "cpu-0", "labels": {"example.com/pool": "cpu"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+    )
+    objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "train"}})
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "trainer-7d9c5b8f6d",
+        "uid": "0b6e4f3a-2c1d-4e5f-8a7b-9c0d1e2f3a4b",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    for index, node in enumerate(POOL):
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"trainer-{index}",
+                    "namespace": "train",
+                    "labels": {"app": "trainer"},
+                    "ownerReferences": [owner],
+                },
+                "spec": {"nodeName": node, "containers": [{"name": "t", "image": "trainer:1"}]},
+                "status": {
+                    "phase": "Running",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }
+        )
+    if budget:
+        import yaml
+
+        objects.append(yaml.safe_load(BUDGET))
+    return objects
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "desired" / "drivers").mkdir(parents=True)
+    (tmp_path / "desired" / "drivers" / "images.yaml").write_text(MATRIX)
+    return tmp_path
+
+
+def _pool(make_cluster: ClusterFactory, *, budget: bool) -> TestCluster:
+    cluster = make_cluster(_objects(budget=budget))
+    if cluster.sandbox is None:
+        pytest.skip("the pool's pods are bound by hand: no scheduler or controllers to fight")
+    return cluster
+
+
+def upgrade(cluster: TestCluster, work: Path, *args: str) -> Any:
+    return run_cli(
+        "upgrade",
+        "--driver",
+        TARGET,
+        *args,
+        "--timeout",
+        "20s",
+        cwd=work,
+        kubeconfig=cluster.kubeconfig,
+    )
+
+
+def test_every_missing_image_and_non_gpu_node_is_named_before_any_write(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _pool(make_cluster, budget=True)
+    for node in ("pool-4", "pool-5"):
+        cluster.label(
+            node, **{"feature.node.kubernetes.io/kernel-version.full": "6.8.0-99-generic"}
+        )
+    before = snapshot(cluster)
+    refused = upgrade(cluster, work, *POOL, "cpu-0")
+    assert refused.code == 2
+    message = refused.stderr.strip().splitlines()[-1]
+    assert 'not GPU nodes (nvidia.com/gpu.present is not "true"): cpu-0' in message
+    assert "`550,6.8.0-99-generic,ubuntu22.04` (for pool-4, pool-5)" in message
+    assert message.endswith("(nothing was changed)")
+    assert snapshot(cluster) == before
+
+
+def test_a_budget_that_allows_one_eviction_refuses_two_at_once_and_says_what_passes(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _pool(make_cluster, budget=True)
+    before = snapshot(cluster)
+    refused = upgrade(cluster, work, "--selector", SELECTOR, "--max-parallel", "2")
+    assert refused.code == 2
+    message = refused.stderr.strip().splitlines()[-1]
+    assert (
+        "PodDisruptionBudget train/trainer-pdb blocks the drain of batch 1 (pool-0, pool-1): "
+        "minAvailable 5, 6 healthy (disruptionsAllowed 1), and the drain must evict 2 of its "
+        "pods: set minAvailable to 4 (kubectl patch pdb trainer-pdb -n train --type=merge -p "
+        """'{"spec":{"minAvailable":4}}')"""
+    ) in message
+    assert "batch 3 (pool-4, pool-5)" in message  # every blocked batch, in one run
+    assert snapshot(cluster) == before
+    passes = upgrade(cluster, work, "--selector", SELECTOR, "--max-parallel", "1", "--dry-run")
+    assert passes.code == 0, passes.stderr
+    assert passes.lines == [f"batch {i + 1}: {node} (dry run)" for i, node in enumerate(POOL)]
+    assert snapshot(cluster) == before
+
+
+def test_a_budget_desired_declares_gets_advice_for_the_file(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _pool(make_cluster, budget=True)
+    workloads = work / "desired" / "workloads"
+    workloads.mkdir()
+    (workloads / "budget.yaml").write_text(BUDGET)
+    refused = upgrade(cluster, work, "--selector", SELECTOR, "--max-parallel", "2")
+    assert refused.code == 2
+    assert (
+        "set spec.minAvailable to 4 at desired/workloads/budget.yaml:7:17 (desired/ declares "
+        "this budget: a `kubectl patch` would be reverted by the next apply)"
+    ) in refused.stderr
+    assert "kubectl patch pdb" not in refused.stderr
+
+
+def test_dry_run_prints_the_batches_with_the_canary_first_and_skips_nodes_done(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _pool(make_cluster, budget=False)
+    cluster.label(
+        "pool-5",
+        **{
+            "nvidia.com/cuda.driver.major": "550",
+            "nvidia.com/cuda.driver.minor": "90",
+            "nvidia.com/cuda.driver.rev": "07",
+        },
+    )
+    before = snapshot(cluster)
+    dry = upgrade(
+        cluster,
+        work,
+        "--selector",
+        SELECTOR,
+        "--canary",
+        "pool-3",
+        "--max-parallel",
+        "2",
+        "--dry-run",
+    )
+    assert dry.code == 0, dry.stderr
+    assert dry.lines == [
+        f"pool-5 done (already on {TARGET}) (dry run)",
+        "batch 1: pool-3 (canary) (dry run)",
+        "batch 2: pool-0,pool-1 (dry run)",
+        "batch 3: pool-2,pool-4 (dry run)",
+    ]
+    as_json = json.loads(
+        upgrade(cluster, work, "--selector", SELECTOR, "--dry-run", "-o", "json").stdout
+    )
+    assert (as_json["kind"], as_json["dryRun"], as_json["alreadyDone"]) == (
+        "Rollout",
+        True,
+        ["pool-5"],
+    )
+    assert snapshot(cluster) == before
+
+
+class _Cordons:
+    """Samples the pool from the API while a rollout runs: the most nodes cordoned at once."""
+
+    def __init__(self, cluster: TestCluster) -> None:
+        self.cluster = cluster
+        self.most = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self.stop.is_set():
+            _, body = self.cluster.raw("GET", "/api/v1/nodes")
+            cordoned = sum(1 for n in body["items"] if (n.get("spec") or {}).get("unschedulable"))
+            self.most = max(self.most, cordoned)
+            time.sleep(0.01)
+
+    def __enter__(self) -> _Cordons:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def test_the_pool_upgrades_in_batches_within_the_unavailable_limit(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _pool(make_cluster, budget=False)
+    with _Cordons(cluster) as cordons:
+        done = upgrade(
+            cluster, work, "--selector", SELECTOR, "--max-parallel", "3", "--max-unavailable", "2"
+        )
+    assert done.code == 0, done.stderr
+    assert 1 <= cordons.most <= 2
+    for node in POOL:
+        labels = cluster.labels(node)
+        assert labels["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
+        assert labels["nvidia.com/cuda.driver.minor"] == "90"
+        assert not cluster.node(node)["spec"].get("unschedulable")
+    # one line per state change, as it happens
+    assert "pool-0 upgrade-required" in done.lines and "pool-5 upgrade-done" in done.lines
+    assert done.lines[:3] == [
+        "batch 1: pool-0,pool-1",
+        "batch 2: pool-2,pool-3",
+        "batch 3: pool-4,pool-5",
+    ]
+
+
+class _RefuseEviction(FaultInjector):
+    def __init__(self, pod: str) -> None:
+        self.pod = pod
+
+    def before(self, method: str, route: Route | None) -> ApiStatus | str | None:
+        if route is not None and route.subresource == "eviction" and route.name == self.pod:
+            return ApiStatus(403, "Forbidden", f'pods "{self.pod}" is forbidden: test')
+        return None
+
+
+def test_the_first_failure_stops_the_rollout_and_a_rerun_finishes_it(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _pool(make_cluster, budget=False)
+    assert cluster.sandbox is not None
+    cluster.sandbox.server.faults = _RefuseEviction("trainer-3")
+    untouched = {n: cluster.node(n)["metadata"]["labels"] for n in ("pool-4", "pool-5")}
+    stopped = upgrade(cluster, work, "--selector", SELECTOR)
+    assert stopped.code == 2
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: rollout stopped: pool-3 failed: evicting Pod/train/trainer-3")
+    assert last.endswith(
+        "done: pool-0, pool-1, pool-2; not started: pool-4, pool-5; rerun the same command to resume"
+    )
+    failed = cluster.node("pool-3")
+    assert failed["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-failed"
+    assert failed["spec"]["unschedulable"] is True
+    assert {n: cluster.node(n)["metadata"]["labels"] for n in ("pool-4", "pool-5")} == untouched
+    cluster.sandbox.server.faults = None
+    rerun = upgrade(cluster, work, "--selector", SELECTOR)
+    assert rerun.code == 0, rerun.stderr
+    assert rerun.lines[:3] == [f"pool-{i} done (already on {TARGET})" for i in range(3)]
+    assert "pool-3 upgrade-done" in rerun.lines and "pool-5 upgrade-done" in rerun.lines
+
+
+def test_one_node_already_on_the_target_is_not_drained(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _pool(make_cluster, budget=True)
+    cluster.label(
+        "pool-5",
+        **{
+            "nvidia.com/cuda.driver.major": "550",
+            "nvidia.com/cuda.driver.minor": "90",
+            "nvidia.com/cuda.driver.rev": "07",
+        },
+    )
+    before = snapshot(cluster)
+    result = upgrade(cluster, work, "pool-5")
+    assert (result.code, result.stdout) == (0, "")
+    assert f"pool-5 is already on driver {TARGET}: nothing to do" in result.stderr
+    assert snapshot(cluster) == before

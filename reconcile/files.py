@@ -60,7 +60,7 @@ def walk(root: Path) -> Iterator[tuple[Path, str | None]]:
         (path, problem or (None if stat.S_ISREG(mode) else describe(mode)))
         for path, mode, _, problem in _entries(root)
     ]
-    yield from sorted(found, key=lambda item: item[0])
+    yield from sorted(found, key=lambda item: item[0].parts)
 
 
 def fingerprint(root: Path) -> tuple[object, ...]:

@@ -33,6 +33,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from reconcile import diagnostics as diag
 from reconcile import files as safefiles
+from reconcile.desired import simple
 from reconcile.desired.models import (
     API_VERSION,
     DRIVER_SUPPORT_MATRIX,
@@ -370,6 +371,8 @@ class _Loader:
         self.layer = layer
         self._cwd = Path.cwd().resolve()
         self._shown_root = diag.relative(root, self._cwd)
+        self._shown_prefix = "" if self._shown_root in ("", ".") else self._shown_root + "/"
+        self._root_prefix = str(root).rstrip("/") + "/"
         self.problems: list[Diagnostic] = []
         self.nodes: dict[str, DesiredNode] = {}
         self.matrix: dict[str, MatrixRow] = {}
@@ -380,7 +383,16 @@ class _Loader:
 
     def name(self, path: Path) -> str:
         """How a file is named in messages: relative to the working directory when inside it."""
-        return str(Path(self._shown_root) / path.relative_to(self.root))
+        relative = self.relative(path)
+        return self._shown_prefix + relative if relative != "." else self._shown_root
+
+    def relative(self, path: Path) -> str:
+        """`path` relative to the root, as text (string slicing: pathlib's relative_to
+        costs more than reading a small file)."""
+        text = str(path)
+        if text.startswith(self._root_prefix):
+            return text[len(self._root_prefix) :]
+        return path.relative_to(self.root).as_posix()
 
     def load(self) -> DesiredState:
         if not self.root.is_dir():
@@ -398,18 +410,25 @@ class _Loader:
             if refused is not None:
                 self._refuse(path, refused)
                 continue
-            relative = path.relative_to(base)
-            area = relative.parts[0] if len(relative.parts) > 1 else ""
-            suffix = path.suffix.lower()
-            if area == "nodes" and len(relative.parts) == 2 and suffix in YAML_SUFFIXES:
-                self._yaml_file(path, NODE_FEATURES)
-            elif area == "nodes" and len(relative.parts) == 2 and suffix == ".env":
+            text = str(path)
+            base_text = str(base).rstrip("/") + "/"
+            parts = (
+                text[len(base_text) :].split("/")
+                if text.startswith(base_text)
+                else list(path.relative_to(base).parts)
+            )
+            area = parts[0] if len(parts) > 1 else ""
+            _, dot, extension = parts[-1].rpartition(".")
+            suffix = "." + extension.lower() if dot and parts[-1][0] != "." else ""
+            if area == "nodes" and len(parts) == 2 and suffix in YAML_SUFFIXES:
+                self._node_file(path)
+            elif area == "nodes" and len(parts) == 2 and suffix == ".env":
                 self._env_file(path)
-            elif area == "groups" and len(relative.parts) == 2 and suffix in YAML_SUFFIXES:
+            elif area == "groups" and len(parts) == 2 and suffix in YAML_SUFFIXES:
                 self._yaml_file(path, NODE_GROUP)
-            elif area == "drivers" and len(relative.parts) == 2 and suffix in YAML_SUFFIXES:
+            elif area == "drivers" and len(parts) == 2 and suffix in YAML_SUFFIXES:
                 self._yaml_file(path, DRIVER_SUPPORT_MATRIX)
-            elif area == "drivers" and len(relative.parts) == 2 and suffix == ".csv":
+            elif area == "drivers" and len(parts) == 2 and suffix == ".csv":
                 self._csv_file(path)
             elif area == "workloads" and suffix in (*YAML_SUFFIXES, ".json"):
                 self._manifest_file(path)
@@ -460,7 +479,7 @@ class _Loader:
             )
             return None
         # Files are read in a stable order (_files), so the digest names the tree's content.
-        self._digest.update(path.relative_to(self.root).as_posix().encode() + b"\0")
+        self._digest.update(self.relative(path).encode() + b"\0")
         self._digest.update(len(data).to_bytes(8, "big") + data)
         if not text.strip():
             self.problems.append(
@@ -473,8 +492,10 @@ class _Loader:
             return None
         return text
 
-    def _yaml_documents(self, path: Path, expected: str) -> Iterator[YamlDocument]:
-        text = self._read(path)
+    def _yaml_documents(
+        self, path: Path, expected: str, text: str | None = None
+    ) -> Iterator[YamlDocument]:
+        text = self._read(path) if text is None else text
         if text is None:
             return
         documents, problems = parse_yaml(text, self.name(path))
@@ -498,8 +519,20 @@ class _Loader:
                 continue  # replaced or excluded by the layer
             yield doc
 
-    def _yaml_file(self, path: Path, expected_kind: str) -> None:
-        for doc in self._yaml_documents(path, expected_kind):
+    def _node_file(self, path: Path) -> None:
+        """A node file: the simple shape read fast when it is that and valid (simple.py),
+        else the full reader, which reports what is wrong."""
+        text = self._read(path)
+        if text is None:
+            return
+        node = simple.node(text, self.name(path))
+        if node is not None:
+            self._add_node(node)
+            return
+        self._yaml_file(path, NODE_FEATURES, text)
+
+    def _yaml_file(self, path: Path, expected_kind: str, text: str | None = None) -> None:
+        for doc in self._yaml_documents(path, expected_kind, text):
             if not isinstance(doc.data, dict):
                 self.problems.append(
                     diag.error(f"expected a mapping (a {expected_kind} document)", doc.at(()))
@@ -594,9 +627,12 @@ class _Loader:
     def _selectors_on_declared_keys(self) -> None:
         """A group's membership may not hang on a label desired/ itself sets: it would
         depend on the order of applies."""
+        selected = {key for group in self._groups.values() for key in group.selector_keys}
+        if not selected:
+            return
         declared: dict[str, Source] = {}
         for node in (*self.nodes.values(), *(g.node for g in self._groups.values())):
-            for key in node.labels:
+            for key in selected.intersection(node.labels):
                 declared.setdefault(key, node.source_of(key))
         for group in self._groups.values():
             for key, where in group.selector_keys.items():

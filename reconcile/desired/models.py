@@ -9,6 +9,7 @@ validates is a model the API server would accept.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 
@@ -421,7 +422,7 @@ class DesiredNode:
     name: str
     labels: dict[str, str | None]
     source: Source
-    label_sources: dict[str, Source] = field(default_factory=dict, compare=False)
+    label_sources: Mapping[str, Source] = field(default_factory=dict, compare=False)
     annotations: dict[str, str | None] = field(default_factory=dict)
     taints: dict[str, str | None] = field(default_factory=dict)
     # Where each annotation and taint is declared, by its shown key

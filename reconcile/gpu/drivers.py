@@ -144,11 +144,16 @@ def _catalogue_warnings(state: DesiredState) -> Iterable[Diagnostic]:
     """A declared key under NFD's or GFD's prefixes that neither publishes: a warning
     with the nearest key they do."""
     declarers = [*state.nodes.values(), *(g.node for g in state.groups)]
+    unknown_keys = {
+        key: unknown
+        for key in {key for node in declarers for key in node.labels}
+        if (unknown := provenance.unknown_label(key)) is not None
+    }
+    if not unknown_keys:
+        return
     for node in declarers:
-        for key in node.labels:
-            unknown = provenance.unknown_label(key)
-            if unknown is None:
-                continue
+        for key in unknown_keys.keys() & node.labels.keys():
+            unknown = unknown_keys[key]
             _, nearest = unknown
             hint = f"did you mean {nearest}?" if nearest else "no known label is close"
             yield diag.warning(

@@ -1,0 +1,317 @@
+"""The common case read fast: a node file that is a plain, valid NodeFeatures.
+
+A fleet of 10,000 nodes is 10,000 small files written by `reconcile import` or by hand
+in one shape: `apiVersion`, `kind`, `metadata.name`, `labels` (and perhaps `optional`),
+block mappings indented by two, one scalar per line, full-line comments. Composing each
+with libyaml and validating it with pydantic costs some 300 microseconds; reading that
+shape line by line and checking the keys and values with the API server's own rules
+costs a tenth of it.
+
+This reader is only a shortcut: it accepts a file when it is sure the full reader would
+read the same data and find no problem, and says None otherwise (anything it does not
+recognise: flow collections, anchors, tags, trailing comments, multi-line or escaped
+scalars, annotations, taints, a value that is not a valid label value...). The full
+reader then reads that file and reports what is wrong, with the same messages as ever.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Final
+
+import yaml
+from yaml.nodes import ScalarNode
+
+from reconcile.desired.models import (
+    API_VERSION,
+    NODE_FEATURES,
+    DesiredNode,
+    _check_label_key,
+    _check_label_value,
+    _check_object_name,
+)
+from reconcile.diagnostics import Source
+
+_TOP: Final = frozenset({"apiVersion", "kind", "metadata", "labels", "optional"})
+# A plain scalar this reader takes as written: no indicator first, nothing YAML would
+# read as anything but text once the resolver says "str".
+_PLAIN: Final = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./:=+-]*")
+_STR: Final = "tag:yaml.org,2002:str"
+_NULL: Final = "tag:yaml.org,2002:null"
+_BOOL: Final = "tag:yaml.org,2002:bool"
+_RESOLVER: Final = yaml.resolver.Resolver()
+_NULLS: Final = frozenset({"~", "null", "Null", "NULL"})
+
+
+class _Unsure(Exception):
+    """Not the simple shape: the full reader decides."""
+
+
+class Positions(Mapping[str, Source]):
+    """label key -> where it is written, found in the file's text only when asked for
+    (a diagnostic about the node; most runs never ask)."""
+
+    def __init__(self, file: str, text: str, keys: Iterable[str]) -> None:
+        self.file = file
+        self._text = text
+        self._keys = tuple(keys)
+        self._at: dict[str, tuple[int, int]] | None = None
+
+    def _positions(self) -> dict[str, tuple[int, int]]:
+        if self._at is None:
+            self._at = {}
+            for number, line in enumerate(self._text.split("\n"), start=1):
+                if line.startswith("  ") and not line.startswith("   "):
+                    self._at.setdefault(line[2:].partition(":")[0], (number, 3))
+        return self._at
+
+    def __getitem__(self, key: str) -> Source:
+        if key not in self._keys:
+            raise KeyError(key)
+        line, column = self._positions()[key]
+        return Source(self.file, line, column)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __repr__(self) -> str:
+        return f"Positions({self.file!r}, {len(self._keys)} keys)"
+
+
+_resolved: dict[str, str] = {}
+
+
+def _tag(text: str) -> str:
+    tag = _resolved.get(text)
+    if tag is None:
+        tag = _RESOLVER.resolve(ScalarNode, text, (True, False))
+        if len(_resolved) < 100_000:
+            _resolved[text] = tag
+    return tag
+
+
+def _scalar(text: str) -> str | bool | None:
+    """A scalar as YAML 1.1 reads it, when it is text, null or a boolean; else _Unsure."""
+    if not text:
+        return None
+    first = text[0]
+    if first == '"':
+        if len(text) < 2 or text[-1] != '"' or '"' in text[1:-1] or "\\" in text:
+            raise _Unsure
+        return text[1:-1]
+    if first == "'":
+        if len(text) < 2 or text[-1] != "'" or "'" in text[1:-1]:
+            raise _Unsure
+        return text[1:-1]
+    if not _PLAIN.fullmatch(text):
+        raise _Unsure
+    tag = _tag(text)
+    if tag == _STR:
+        return text
+    if tag == _NULL:
+        return None
+    if tag == _BOOL and text in ("true", "false"):
+        return text == "true"
+    raise _Unsure  # numbers, timestamps, yes/no...: the full reader says how to quote them
+
+
+def _key(text: str) -> str:
+    if not _PLAIN.fullmatch(text) or _tag(text) != _STR:
+        raise _Unsure
+    return text
+
+
+_GAP: Final = r"(?:[ ]*(?:#[^\n]*)?\n)*"
+_TOKEN: Final = r"(\"[^\"\\\n]*\"|'[^'\n]*'|[A-Za-z0-9_./][A-Za-z0-9_./:=+-]*)"
+_KEY: Final = r"[A-Za-z0-9_./-]+"
+_LABEL: Final = rf"  {_KEY}:(?:[ ]+{_TOKEN[1:-1]})?[ ]*"
+# The shape `reconcile import` writes, in its order, matched whole by one expression: a
+# file that matches holds nothing but these keys and `  key: scalar` label lines.
+_CANONICAL: Final = re.compile(
+    _GAP
+    + rf"apiVersion:[ ]+{_TOKEN}[ ]*\n"
+    + _GAP
+    + rf"kind:[ ]+{_TOKEN}[ ]*\n"
+    + _GAP
+    + r"metadata:[ ]*\n"
+    + _GAP
+    + rf"  name:[ ]+{_TOKEN}[ ]*\n"
+    + _GAP
+    + rf"labels:[ ]*\n(?P<labels>(?:(?:{_LABEL}|[ ]*(?:#[^\n]*)?)\n)*(?:{_LABEL}|[ ]*(?:#[^\n]*)?)?)"
+)
+_PAIR: Final = re.compile(rf"\n  ({_KEY}):(?:[ ]+{_TOKEN})?")
+_BAD: Final = object()
+# token or key -> what it reads as, when valid: labels repeat across a fleet's files.
+_label_keys: dict[str, bool] = {}
+_label_values: dict[str, object] = {}
+
+
+def _label_key(key: str) -> bool:
+    ok = _label_keys.get(key)
+    if ok is None:
+        try:
+            _checked_key(_key(key))
+            ok = True
+        except Exception:
+            ok = False
+        if len(_label_keys) < 100_000:
+            _label_keys[key] = ok
+    return ok
+
+
+def _label_value(token: str) -> object:
+    """The label value a token reads as (None: must be absent), or _BAD."""
+    if token in _label_values:
+        return _label_values[token]
+    value: object
+    try:
+        value = _scalar(token)
+        if isinstance(value, bool):
+            value = _BAD
+        elif value is not None:
+            _checked_value(value)
+    except Exception:
+        value = _BAD
+    if len(_label_values) < 100_000:
+        _label_values[token] = value
+    return value
+
+
+def _canonical(text: str, file: str) -> DesiredNode:
+    found = _CANONICAL.fullmatch(text)
+    if found is None or "\t" in text or "\r" in text:
+        raise _Unsure
+    api, kind, name = found.group(1, 2, 3)
+    if _scalar(api) != API_VERSION or _scalar(kind) != NODE_FEATURES:
+        raise _Unsure
+    node_name = _scalar(name)
+    if not isinstance(node_name, str):
+        raise _Unsure
+    _check_object_name(node_name)
+    labels: dict[str, str | None] = {}
+    values, keys = _label_values, _label_keys  # inlined lookups: this loop runs 200,000 times
+    for key, token in _PAIR.findall("\n" + found.group("labels")):
+        value = values[token] if token in values else _label_value(token)
+        if value is _BAD or key in labels or not (keys[key] if key in keys else _label_key(key)):
+            raise _Unsure
+        labels[key] = value  # type: ignore[assignment]
+    at = found.start(3)
+    line = text.count("\n", 0, at) + 1
+    column = at - text.rfind("\n", 0, at)
+    return DesiredNode(node_name, labels, Source(file, line, column), Positions(file, text, labels))
+
+
+def node(text: str, file: str) -> DesiredNode | None:
+    """The node the file declares, when it is the simple shape and valid; else None."""
+    try:
+        return _canonical(text, file)
+    except Exception:  # not the canonical order: the general simple shape
+        pass
+    try:
+        return _node(text, file)
+    except Exception:  # any doubt at all: the full reader decides, and explains
+        return None
+
+
+# One line of the simple shape: blank or a comment, a top-level key (with a scalar, or
+# opening a block), or a two-space-indented `key: scalar`. Scalars are checked by _scalar.
+_LINE: Final = re.compile(
+    r"(?:[ ]*(?:#[^\n]*)?"
+    r"|(?P<top>[A-Za-z]+):(?:[ ]+(?P<topvalue>[^ \n#][^\n]*?))?[ ]*"
+    r"|[ ][ ](?P<key>[^ \n:#][^ \n:]*):(?:(?P<gap>[ ]+)(?P<value>[^ \n][^\n]*?))?[ ]*"
+    r")(?:\n|\Z)"
+)
+_valid_keys: set[str] = set()
+_valid_values: set[str] = set()
+
+
+def _checked_key(key: str) -> None:
+    if key not in _valid_keys:
+        _check_label_key(key)
+        if len(_valid_keys) < 100_000:
+            _valid_keys.add(key)
+
+
+def _checked_value(value: str) -> None:
+    if value not in _valid_values:
+        _check_label_value(value)
+        if len(_valid_values) < 100_000:
+            _valid_values.add(value)
+
+
+def _node(text: str, file: str) -> DesiredNode:
+    if "\t" in text or "\r" in text or text.startswith("\ufeff"):
+        raise _Unsure
+    top: dict[str, str | bool | None] = {}
+    name: str | None = None
+    name_at = (0, 0)
+    labels: dict[str, str | None] = {}
+    section: str | None = None
+    position = 0
+    number = 0
+    size = len(text)
+    match = _LINE.match
+    while position < size:
+        found = match(text, position)
+        if found is None or found.end() == position:
+            raise _Unsure
+        position = found.end()
+        number += 1
+        key = found.group("key")
+        if key is not None:
+            value = found.group("value") or ""
+            if section == "labels":
+                label = _key(key)
+                if label in labels:
+                    raise _Unsure
+                scalar = _scalar(value)
+                if isinstance(scalar, bool):
+                    raise _Unsure
+                labels[label] = scalar
+            elif section == "metadata" and key == "name" and name is None:
+                scalar = _scalar(value)
+                if not isinstance(scalar, str):
+                    raise _Unsure
+                name, name_at = scalar, (number, 4 + len(key) + len(found.group("gap") or " "))
+            else:
+                raise _Unsure
+            continue
+        head = found.group("top")
+        if head is None:
+            continue  # blank or a comment
+        if head not in _TOP or head in top:
+            raise _Unsure
+        value = found.group("topvalue") or ""
+        top[head] = None
+        section = None
+        if head in ("metadata", "labels"):
+            if value == "{}" and head == "labels":
+                continue
+            if value:
+                raise _Unsure
+            section = head
+            continue
+        top[head] = _scalar(value)
+    if top.get("apiVersion") != API_VERSION or top.get("kind") != NODE_FEATURES:
+        raise _Unsure
+    if name is None:
+        raise _Unsure
+    optional = top.get("optional", False)
+    if not isinstance(optional, bool):
+        raise _Unsure
+    _check_object_name(name)
+    for label, wanted in labels.items():
+        _checked_key(label)
+        if wanted is not None:
+            _checked_value(wanted)
+    return DesiredNode(
+        name,
+        labels,
+        Source(file, *name_at),
+        Positions(file, text, labels),
+        optional=optional,
+    )

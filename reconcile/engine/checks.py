@@ -119,7 +119,8 @@ class Projection:
     live: Sequence[LiveNode]
     nodes: Sequence[NodePlan] = ()
     objects: Sequence[ObjectPlan] = ()
-    # Every running pod, read once and only if a check asks (a LIST of all pods).
+    # The pods on the nodes whose labels or taints change (the only pods a change can
+    # strand), read once and only if a check asks.
     read_pods: Callable[[], Sequence[dict[str, Any]]] = field(default=lambda: ())
 
     @cached_property

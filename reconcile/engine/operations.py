@@ -39,6 +39,7 @@ from reconcile.engine.apply import (
     preflight_objects,
 )
 from reconcile.engine.checks import NO_POLICY, Check, NodePolicy, Projection, blocking, run_checks
+from reconcile.engine.facts import Fact
 from reconcile.engine.plan import ClusterIdentity, Plan, build_plan
 from reconcile.engine.workloads import ObjectCluster, desired_configs, plan_objects
 from reconcile.kube.kinds import ObjectId
@@ -62,6 +63,8 @@ class PlanCluster(ObjectCluster, Protocol):
     def patch_node(self, name: str, patch: dict[str, object]) -> LiveNode: ...
 
     def list_all(self, path: str, **query: Any) -> Iterator[dict[str, Any]]: ...
+
+    def pods_on_nodes(self, nodes: Sequence[str]) -> list[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,13 @@ def plan(
         live=live,
         nodes=node_part.nodes,
         objects=tuple(objects.objects),
-        read_pods=lambda: list(cluster.list_all("/api/v1/pods")),
+        read_pods=lambda: cluster.pods_on_nodes(
+            [
+                n.name
+                for n in node_part.nodes
+                if any(c.fact is not Fact.ANNOTATION for c in n.changes)
+            ]
+        ),
     )
     phase("checking the change")
     findings = [*objects.findings, *run_checks(checks, projection)]

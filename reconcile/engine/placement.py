@@ -17,6 +17,7 @@ from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.engine.checks import Finding, Projection, projected_labels
+from reconcile.engine.facts import Fact
 from reconcile.kube.kinds import ObjectId, apply_rank, workload_id
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.scheduler import (
@@ -343,7 +344,10 @@ def impact_check(projection: Projection) -> list[Finding]:
     state = projection.desired
     if not (state.manifests or projection.nodes):
         return []
-    pods = running_pods(projection.pods) if projection.nodes else []
+    # Annotations are invisible to selectors and tolerations: only label and taint
+    # changes can strand a running pod.
+    seen = any(c.fact is not Fact.ANNOTATION for n in projection.nodes for c in n.changes)
+    pods = running_pods(projection.pods) if seen else []
     touched = {obj.identity for obj in projection.objects}
     return impact(
         state,

@@ -279,12 +279,15 @@ def plan_node(
     """What makes `live` match `desired`, or None when it already does."""
     inventory = [parse_shown_key(k) for k in parse_inventory(live.annotations)]
     changes: list[NodeChange] = []
-    managed: set[str] = set()
+    facts = []
     for rule in RULES:
         want, have = rule.desired(desired), rule.live(live)
         owned = frozenset(k for fact, k in inventory if fact is rule.fact)
         undeclared = {k for k in owned if k not in want and k in have}
         drift = fact_drift(rule.fact, want, have, prune=undeclared if prune else ())
+        facts.append((rule, want, undeclared))
+        if not drift:
+            continue
         if rule.fact is Fact.LABEL:  # who writes it: the node policy's knowledge of labels
             drift = [
                 c.model_copy(update={"owner": policy.owner(live, c.key, owned)}) for c in drift
@@ -295,11 +298,13 @@ def plan_node(
             else c  # a prune: nothing declares it
             for c in drift
         )
+    if not changes:
+        return None  # in sync: what it manages matters only to a write
+    managed: set[str] = set()
+    for rule, want, undeclared in facts:
         managed |= {shown_key(rule.fact, k) for k, v in want.items() if v is not None}
         if not prune:
             managed |= {shown_key(rule.fact, k) for k in undeclared}  # a later --prune may
-    if not changes:
-        return None
     taint_changes = {c.key: c.after for c in changes if c.fact is Fact.TAINT}
     return NodePlan(
         name=live.name,

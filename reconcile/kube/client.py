@@ -15,13 +15,14 @@ from __future__ import annotations
 import binascii
 import functools
 import json
+import math
 import os
 import random
 import re
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -49,7 +50,7 @@ from reconcile.diagnostics import (
 )
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
-from reconcile.kube.objects import FIELD_MANAGER, ApiResource, LiveNode, NodeEvent
+from reconcile.kube.objects import FIELD_MANAGER, ApiResource, Lazy, LiveNode, NodeEvent
 from reconcile.kube.validation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 
 PAGE_SIZE: Final = 500
@@ -216,7 +217,10 @@ def node_from_json(item: dict[str, Any]) -> LiveNode:
         annotations=dict(metadata.get("annotations") or {}),
         unschedulable=bool(spec.get("unschedulable", False)),
         taints=tuple(spec.get("taints") or ()),
-        label_managers=label_managers(metadata),
+        # Only the managedFields are kept for it (not the rest of the node's JSON).
+        label_managers=Lazy(
+            functools.partial(label_managers, {"managedFields": metadata.get("managedFields")})
+        ),
         ready=any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in (item.get("status") or {}).get("conditions") or ()
@@ -570,6 +574,31 @@ class Cluster:
         """Every pod bound to `node`, all namespaces: one paginated LIST."""
         node_segment(node)  # a name with a comma would add a selector of its own
         return list(self.list_all("/api/v1/pods", fieldSelector=f"spec.nodeName={node}"))
+
+    def pods_on_nodes(self, nodes: Sequence[str]) -> list[dict[str, Any]]:
+        """Every pod bound to one of `nodes`, in as few requests as it can: a
+        `spec.nodeName` LIST per node while that is fewer requests than a paginated LIST
+        of every pod (one `limit=1` request counts them), else that LIST, filtered."""
+        if not nodes:
+            return []
+        probe = self.request("GET", "/api/v1/pods", query={"limit": 1})
+        items = probe.get("items") or []
+        metadata = probe.get("metadata") or {}
+        if not metadata.get("continue"):
+            wanted = set(nodes)
+            return [p for p in items if (p.get("spec") or {}).get("nodeName") in wanted]
+        remaining = metadata.get("remainingItemCount")
+        pages = (
+            math.ceil((len(items) + int(remaining)) / PAGE_SIZE) if remaining is not None else None
+        )
+        if pages is not None and len(nodes) < pages:
+            return [pod for node in sorted(set(nodes)) for pod in self.pods_on(node)]
+        wanted = set(nodes)
+        return [
+            p
+            for p in self.list_all("/api/v1/pods")
+            if (p.get("spec") or {}).get("nodeName") in wanted
+        ]
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

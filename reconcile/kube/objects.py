@@ -3,6 +3,7 @@ needs it, and a kind as discovery serves it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -20,8 +21,9 @@ class LiveNode:
     annotations: dict[str, str] = field(default_factory=dict)
     unschedulable: bool = False
     taints: tuple[dict[str, Any], ...] = ()
-    # label key -> the field manager that last wrote it (from metadata.managedFields)
-    label_managers: dict[str, str] = field(default_factory=dict)
+    # label key -> the field manager that last wrote it (from metadata.managedFields;
+    # worked out only when asked: most plans never ask)
+    label_managers: Mapping[str, str] = field(default_factory=dict)
     # status.conditions Ready is True
     ready: bool = True
 
@@ -57,3 +59,33 @@ class ApiResource:
             base += f"/namespaces/{namespace}"
         base += f"/{self.plural}"
         return f"{base}/{name}" if name else base
+
+
+class Lazy(Mapping[str, str]):
+    """A mapping worked out by `compute` on first use."""
+
+    def __init__(self, compute: Callable[[], dict[str, str]]) -> None:
+        self._compute: Callable[[], dict[str, str]] | None = compute
+        self._found: dict[str, str] = {}
+
+    def _mapping(self) -> dict[str, str]:
+        if self._compute is not None:
+            self._found, self._compute = self._compute(), None
+        return self._found
+
+    def __getitem__(self, key: str) -> str:
+        return self._mapping()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._mapping())
+
+    def __len__(self) -> int:
+        return len(self._mapping())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._mapping())

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[list[str], set[str]]] = {
     "import": (["import", "--dry-run"], {"text", "json"}),
     "rbac": (["rbac"], {"text", "json"}),
     "schemas": (["schemas", "--check"], {"text"}),
-    "upgrade": (["upgrade", "lab-node-1", "--driver", "550.90.07", "--dry-run"], {"text"}),
+    "upgrade": (["upgrade", "lab-node-1", "--driver", "550.90.07", "--dry-run"], {"text", "json"}),
 }
 
 

@@ -23,7 +23,10 @@ COMMANDS: dict[str, tuple[list[str], set[str]]] = {
     "import": (["import", "--dry-run"], {"text", "json"}),
     "rbac": (["rbac"], {"text", "json"}),
     "schemas": (["schemas", "--check"], {"text"}),
-    "upgrade": (["upgrade", "lab-node-1", "--driver", "550.90.07", "--dry-run"], {"text", "json"}),
+    "upgrade": (
+        ["upgrade", "lab-node-0", "--driver", "550.90.07", "--dry-run", "--force"],
+        {"text", "json"},
+    ),
 }
 
 

@@ -692,6 +692,10 @@ class _Loader:
                 diag.error("empty file", Source(file, 1, 1), "expected key=value lines")
             )
             return
+        fast = simple.env_node(path.stem, values, lines, file)
+        if fast is not None:
+            self._add_node(fast)
+            return
         document = {
             "apiVersion": API_VERSION,
             "kind": NODE_FEATURES,

@@ -315,3 +315,40 @@ def _node(text: str, file: str) -> DesiredNode:
         Positions(file, text, labels),
         optional=optional,
     )
+
+
+class Lines(Mapping[str, Source]):
+    """label key -> its line of a `.env` file (column 1), made into a Source when asked."""
+
+    def __init__(self, file: str, lines: dict[str, int]) -> None:
+        self.file = file
+        self._lines = lines
+
+    def __getitem__(self, key: str) -> Source:
+        return Source(self.file, self._lines[key], 1)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._lines)
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+
+def env_node(
+    name: str, values: dict[str, str], lines: dict[str, int], file: str
+) -> DesiredNode | None:
+    """A `.env` node file's node when its name, keys and values are all valid, else None
+    (the full reader reports what is wrong)."""
+    try:
+        _check_object_name(name)
+        for key, value in values.items():
+            if not (_label_keys[key] if key in _label_keys else _label_key(key)):
+                return None
+            checked = _label_values.get(f'"{value}"', _BAD) if '"' not in value else _BAD
+            if checked is _BAD:
+                _checked_value(value)
+                if len(_label_values) < 100_000 and '"' not in value and "\\" not in value:
+                    _label_values[f'"{value}"'] = value
+    except Exception:
+        return None
+    return DesiredNode(name, dict(values), Source(file, 1, 1), Lines(file, lines))

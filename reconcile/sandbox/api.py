@@ -400,7 +400,6 @@ class SandboxApi:
                     if other.namespaced:
                         for obj in list(self.store.values(other.key, name)):
                             self.store.delete(other.key, (name, obj["metadata"]["name"]))
-            self.store.next_resource_version()
             self._after_write(resource, namespace)
         return old
 
@@ -426,7 +425,6 @@ class SandboxApi:
                 self._begin_termination(namespace, name, pod, None)
                 return disruption.SUCCESS
             self.store.delete(PODS.key, (namespace, name))
-            self.store.next_resource_version()
             self._after_write(PODS, namespace)
         return disruption.SUCCESS
 
@@ -468,7 +466,6 @@ class SandboxApi:
             if current is None or current["metadata"].get("uid") != uid:
                 return
             self.store.delete(PODS.key, (namespace, name))
-            self.store.next_resource_version()
             self._after_write(PODS, namespace)
 
     # --- the write path ------------------------------------------------------------------

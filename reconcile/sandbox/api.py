@@ -35,6 +35,7 @@ from reconcile.sandbox.errors import (
 from reconcile.sandbox.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from reconcile.sandbox.resources import BY_PATH, Resource
 from reconcile.sandbox.store import Key, Obj, Page, Store
+from reconcile.sandbox.watch import Watch, WatchOptions
 
 NAMESPACES: Final = BY_PATH[("", "v1", "namespaces")]
 PODS: Final = BY_PATH[("", "v1", "pods")]
@@ -90,6 +91,8 @@ class SandboxApi:
         self.clock: Callable[[], str] = fields.now
         # How long a stand-in kubelet takes to confirm a bound pod's graceful deletion.
         self.kubelet_delay = 0.2
+        # How often a watch that asked for bookmarks gets one (upstream: about a minute).
+        self.bookmark_interval = 60.0
 
     # --- reads -------------------------------------------------------------------------
 
@@ -158,6 +161,22 @@ class SandboxApi:
             return self.store.page(
                 resource.key, namespace=namespace, match=match, limit=limit, token=token
             )
+
+    def watch(
+        self, resource: Resource, namespace: str | None, options: WatchOptions, *, as_table: bool
+    ) -> Watch:
+        """A watch of the collection; its selectors are checked now (400 before any event)."""
+        return Watch(
+            self.store,
+            resource,
+            namespace,
+            options,
+            match=_matcher(resource, options.label_selector, options.field_selector),
+            convert=None,
+            as_table=as_table,
+            bookmark_interval=self.bookmark_interval,
+            bookmarks_served=resource.watch_cache,
+        )
 
     # --- writes ------------------------------------------------------------------------
 

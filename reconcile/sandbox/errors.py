@@ -34,8 +34,9 @@ class ApiStatus(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
+        if self.reason:  # upstream's internal failures carry none
+            body["reason"] = self.reason
         if self.details is not None:
             body["details"] = self.details
         body["code"] = self.code
@@ -83,6 +84,16 @@ def invalid_object(resource: Resource, name: str, errors: list[FieldError]) -> A
         "Invalid",
         f'{resource.qualified_kind} "{name}" is invalid: {aggregate(errors)}',
         details,
+    )
+
+
+def list_options_invalid(errors: list[FieldError]) -> ApiStatus:
+    """Query parameters of a list or watch that ListOptions validation refuses."""
+    return ApiStatus(
+        422,
+        "Invalid",
+        f'ListOptions.meta.k8s.io "" is invalid: {aggregate(errors)}',
+        {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [e.cause() for e in errors]},
     )
 
 

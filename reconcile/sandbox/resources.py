@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-# Verbs the sandbox implements; `watch` is not among them and is refused with 405.
-VERBS: Final = ("create", "delete", "get", "list", "patch", "update")
+# Verbs the sandbox implements (no `deletecollection`: refused with 405).
+VERBS: Final = ("create", "delete", "get", "list", "patch", "update", "watch")
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class Resource:
     generation: bool = True
     categories: tuple[str, ...] = ()
     list_kind: str = field(default="", compare=False)
+    # No watch cache upstream (events): watches get no periodic bookmarks.
+    watch_cache: bool = True
 
     @property
     def group_version(self) -> str:

@@ -185,16 +185,23 @@ def wants_table(accept: str) -> bool:
 
 
 def table(
-    kind: str, encoded: list[str], resource_version: str, continue_token: str | None
+    kind: str,
+    encoded: list[str],
+    resource_version: str,
+    continue_token: str | None,
+    *,
+    columns: bool = True,
 ) -> dict[str, Any]:
-    columns = COLUMNS.get(kind, DEFAULT_COLUMNS)
+    """A Table of the objects; without its column definitions (null) for the events of a
+    watch after its first, as the API server sends them."""
+    definitions = COLUMNS.get(kind, DEFAULT_COLUMNS)
     rows = []
     for text in encoded:
         obj = json.loads(text)
         partial = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
         rows.append(
             {
-                "cells": [cell(obj) for _, _, _, cell in columns],
+                "cells": [cell(obj) for _, _, _, cell in definitions],
                 "object": {
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
@@ -217,7 +224,9 @@ def table(
                 "description": "",
                 "priority": priority,
             }
-            for name, kind_, priority, _ in columns
-        ],
+            for name, kind_, priority, _ in definitions
+        ]
+        if columns
+        else None,
         "rows": rows,
     }

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -292,3 +294,30 @@ def test_kubectl_scale_goes_through_the_scale_subresource(lab: TestCluster) -> N
         {**scale, "spec": {"replicas": -1}},
     )
     assert (code, refused["reason"]) == (422, "Invalid")
+
+
+def test_get_nodes_watch_prints_each_change(lab: TestCluster) -> None:
+    """`kubectl get nodes --watch`: a Table LIST, then a Table WATCH from its resourceVersion."""
+    assert KUBECTL is not None
+    process = subprocess.Popen(
+        [KUBECTL, "--kubeconfig", str(lab.kubeconfig), "get", "nodes", "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"HOME": str(lab.kubeconfig.parent), "PATH": "/usr/bin:/bin"},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in process.stdout or ():
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        first = [lines.get(timeout=30) for _ in range(4)]
+        assert first[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+        lab.label("lab-node-2", **{"example.com/watched": "yes"})
+        assert lines.get(timeout=30).split()[:2] == ["lab-node-2", "Ready"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -22,7 +22,7 @@ import yaml
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.selector import SelectorError, parse
 from reconcile.kube.validation import FieldError
-from reconcile.sandbox import defaults, disruption, fields
+from reconcile.sandbox import decoding, defaults, disruption, fields
 from reconcile.sandbox.errors import (
     ApiStatus,
     already_exists,
@@ -34,7 +34,7 @@ from reconcile.sandbox.errors import (
 )
 from reconcile.sandbox.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from reconcile.sandbox.resources import BY_PATH, Resource
-from reconcile.sandbox.store import Key, Obj, Page, Store
+from reconcile.sandbox.store import Key, Obj, Page, Store, encode
 from reconcile.sandbox.watch import Watch, WatchOptions
 
 NAMESPACES: Final = BY_PATH[("", "v1", "namespaces")]
@@ -320,6 +320,7 @@ class SandboxApi:
                 raise ApiStatus(422, "Invalid", str(e)) from None
             if not isinstance(new, dict):
                 raise ApiStatus(422, "Invalid", "the patch does not produce an object")
+            decoding.decode_patched(resource, new, encode)
             self._check_name(new, name)
             stored = self._store_update(
                 resource,
@@ -366,6 +367,7 @@ class SandboxApi:
             )
         self._check_name(config, name)
         self._check_namespace(resource, namespace, config)
+        decoding.decode(resource, config)
         metadata = config.setdefault("metadata", {})
         metadata["name"] = name
         with self.store.lock:
@@ -593,6 +595,7 @@ class SandboxApi:
             )
         obj = copy.deepcopy(body)
         obj["apiVersion"], obj["kind"] = resource.group_version, resource.kind
+        decoding.decode(resource, obj)
         return obj
 
     @staticmethod

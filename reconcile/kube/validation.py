@@ -2,7 +2,8 @@
 
 Ported from k8s.io/kubernetes/pkg/apis/core/validation and friends for what matters
 here: object metadata (names, labels, annotations), pod specs (containers, nodeSelector,
-node and pod affinity, tolerations), Deployments, PodDisruptionBudgets, node taints.
+node and pod affinity, tolerations), Deployments, PodDisruptionBudgets, node taints,
+Leases.
 The sandbox answers with these errors (same field, type and message), and `validate`
 runs them offline, so a manifest refused in review is one the API server would refuse.
 """
@@ -642,9 +643,31 @@ def validate_object(
             errors.append(
                 invalid("spec.selector", (spec or {}).get("selector"), "field is immutable")
             )
+    elif (group, kind) == ("coordination.k8s.io", "Lease"):
+        errors += validate_lease_spec(spec)
     elif (group, kind) == ("batch", "Job"):
         template = (spec or {}).get("template") or {}
         errors += validate_pod_spec(
             template.get("spec"), "spec.template.spec", restart_policies=["OnFailure", "Never"]
+        )
+    return errors
+
+
+# --- coordination.k8s.io/v1 Lease ----------------------------------------------------------
+
+
+def validate_lease_spec(spec: Any) -> list[FieldError]:
+    """ValidateLeaseSpec (strategy and preferredHolder are behind a gate that is off in
+    v1.36: dropped before validation, never refused)."""
+    if not isinstance(spec, dict):
+        return []
+    errors = []
+    duration = spec.get("leaseDurationSeconds")
+    if isinstance(duration, int) and duration <= 0:
+        errors.append(invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if isinstance(transitions, int) and transitions < 0:
+        errors.append(
+            invalid("spec.leaseTransitions", transitions, "must be greater than or equal to 0")
         )
     return errors

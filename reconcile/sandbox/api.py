@@ -30,6 +30,7 @@ from reconcile.sandbox.errors import (
     conflict,
     invalid_object,
     not_found,
+    unconditional_update_refused,
     unsupported_media_type,
 )
 from reconcile.sandbox.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
@@ -259,13 +260,23 @@ class SandboxApi:
         manager: str,
         dry_run: bool,
         subresource: str = "",
-    ) -> Obj:
+    ) -> tuple[int, Obj]:
+        """PUT: (status code, object); 201 when the resource creates on update."""
         obj = self._decoded(resource, body)
         self._check_name(obj, name)
         self._check_namespace(resource, namespace, obj)
         with self.store.lock:
-            old = self._existing(resource, namespace, name)
-            return self._store_update(
+            old = self.store.get(resource.key, (namespace, name))
+            if old is None:
+                if not resource.create_on_update or subresource:
+                    raise not_found(resource, name)
+                obj.setdefault("metadata", {})["name"] = name
+                return 201, self._store_new(
+                    resource, namespace, obj, manager=manager, dry_run=dry_run
+                )
+            if not resource.unconditional_update and not obj["metadata"].get("resourceVersion"):
+                raise unconditional_update_refused(resource, name)
+            return 200, self._store_update(
                 resource,
                 (namespace, name),
                 old,
@@ -593,7 +604,9 @@ class SandboxApi:
             raise bad_request(
                 f"the kind in the data ({kind}) does not match the expected kind ({resource.kind})"
             )
-        obj = copy.deepcopy(body)
+        # kind and apiVersion first, as the API server writes every object.
+        obj = {"kind": resource.kind, "apiVersion": resource.group_version}
+        obj.update(copy.deepcopy(body))
         obj["apiVersion"], obj["kind"] = resource.group_version, resource.kind
         decoding.decode(resource, obj)
         return obj
@@ -660,6 +673,10 @@ def _parse_field_selector(resource: Resource, text: str) -> list[tuple[str, str,
             raise bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
         field = field.strip()
         if field not in allowed:
+            if resource.generic_field_selectors:
+                raise bad_request(
+                    f'"{field}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+                )
             raise bad_request(f"field label not supported: {field}")
         unescaped = value.replace("\\,", ",").replace("\\=", "=").replace("\\\\", "\\")
         terms.append((field, unescaped, operator == "!="))

@@ -66,7 +66,13 @@ def pod_spec(spec: dict[str, Any], *, admission: bool) -> None:
 def apply(group: str, kind: str, obj: dict[str, Any], *, creating: bool) -> None:
     """Fill in defaults in place for a create or update of `obj`."""
     spec = obj.get("spec")
-    if (group, kind) == ("", "Pod") and isinstance(spec, dict):
+    if (group, kind) == ("coordination.k8s.io", "Lease"):
+        lease = spec if isinstance(spec, dict) else {}
+        # Behind the CoordinatedLeaderElection gate, off in v1.36: dropped, not refused.
+        lease.pop("strategy", None)
+        lease.pop("preferredHolder", None)
+        obj["spec"] = lease
+    elif (group, kind) == ("", "Pod") and isinstance(spec, dict):
         pod_spec(spec, admission=creating)
         if creating:
             status = obj.setdefault("status", {})

@@ -76,6 +76,22 @@ def conflict(resource: Resource, name: str) -> ApiStatus:
     )
 
 
+def unconditional_update_refused(resource: Resource, name: str) -> ApiStatus:
+    """PUT without metadata.resourceVersion of a kind whose strategy forbids it (Lease):
+    upstream names the resource, not the kind, in this one."""
+    message = "Invalid value: 0: must be specified for an update"
+    details = _details(resource, name)
+    details["causes"] = [
+        {"reason": "FieldValueInvalid", "message": message, "field": "metadata.resourceVersion"}
+    ]
+    return ApiStatus(
+        422,
+        "Invalid",
+        f'{resource.qualified} "{name}" is invalid: metadata.resourceVersion: {message}',
+        details,
+    )
+
+
 def invalid_object(resource: Resource, name: str, errors: list[FieldError]) -> ApiStatus:
     details = _details(resource, name, kind=resource.kind)
     details["causes"] = [e.cause() for e in errors]

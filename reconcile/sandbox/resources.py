@@ -27,8 +27,18 @@ class Resource:
     generation: bool = True
     categories: tuple[str, ...] = ()
     list_kind: str = field(default="", compare=False)
+    # Strategy flags (rest.RESTUpdateStrategy): PUT of a missing object creates it; PUT
+    # without metadata.resourceVersion is refused.
+    create_on_update: bool = False
+    unconditional_update: bool = True
     # No watch cache upstream (events): watches get no periodic bookmarks.
     watch_cache: bool = True
+    # Field selectors beyond metadata.* are refused with upstream's generic message
+    # (`"x" is not a known field selector: only ...`) rather than `field label not supported`.
+    generic_field_selectors: bool = False
+    # DELETE answers a Success Status, as upstream does for every kind deleted at once
+    # (only the kinds added with watch say so yet; the others answer the deleted object).
+    delete_status: bool = False
 
     @property
     def group_version(self) -> str:
@@ -65,6 +75,7 @@ def _r(
     fields: tuple[str, ...] = (),
     generation: bool = True,
     categories: tuple[str, ...] = (),
+    **more: Any,
 ) -> Resource:
     return Resource(
         group,
@@ -78,6 +89,7 @@ def _r(
         generation,
         categories,
         kind + "List",
+        **more,
     )
 
 
@@ -183,6 +195,18 @@ RESOURCES: Final[tuple[Resource, ...]] = (
     ),
     _r("rbac.authorization.k8s.io", "v1", "roles", "Role", True, generation=False),
     _r("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, generation=False),
+    _r(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        True,
+        generation=False,
+        create_on_update=True,
+        unconditional_update=False,
+        generic_field_selectors=True,
+        delete_status=True,
+    ),
 )
 
 BY_PATH: Final = {(r.group, r.version, r.plural): r for r in RESOURCES}

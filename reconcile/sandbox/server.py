@@ -175,7 +175,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             status, payload = self._dispatch(method, split.path, route, query, body, record)
-            record["created"] = method == "PATCH" and status == 201
+            record["created"] = method in ("PATCH", "PUT") and status == 201
             if self.server.faults and status < 300:
                 after = self.server.faults.after_write(
                     method, route if isinstance(route, Route) else None
@@ -357,7 +357,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise method_not_allowed(
                     f"PUT is not supported on {resource.plural}/{route.subresource}"
                 )
-            obj = api.update(
+            return api.update(
                 resource,
                 namespace,
                 name,
@@ -366,7 +366,6 @@ class Handler(BaseHTTPRequestHandler):
                 dry_run=dry_run,
                 subresource=route.subresource,
             )
-            return 200, obj
         if method == "PATCH":
             if route.subresource not in ("", "status"):
                 raise method_not_allowed(
@@ -393,9 +392,12 @@ class Handler(BaseHTTPRequestHandler):
                 raise method_not_allowed(
                     f"DELETE is not supported on {resource.plural}/{route.subresource}"
                 )
-            return 200, api.delete(
+            deleted = api.delete(
                 resource, namespace, name, dry_run=dry_run, grace=_grace(query, body)
             )
+            if resource.delete_status:
+                return 200, _deleted_status(resource, deleted)
+            return 200, deleted
         raise method_not_allowed(f"{method} is not supported")
 
     def _scale(
@@ -526,6 +528,23 @@ class Handler(BaseHTTPRequestHandler):
             if group is not None:
                 return 200, group
         raise not_implemented_path(path)
+
+
+def _deleted_status(resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    """What upstream answers a DELETE that removed the object at once: a Success Status."""
+    metadata = obj.get("metadata") or {}
+    details: dict[str, Any] = {"name": metadata.get("name", "")}
+    if resource.group:
+        details["group"] = resource.group
+    details["kind"] = resource.plural
+    details["uid"] = metadata.get("uid", "")
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    }
 
 
 def _dry_run(query: dict[str, str]) -> bool:

@@ -171,6 +171,11 @@ COLUMNS: Final[dict[str, list[Column]]] = {
         ),
         ("Age", "string", 0, _age),
     ],
+    "Lease": [
+        ("Name", "string", 0, _name),
+        ("Holder", "string", 0, lambda o: (o.get("spec") or {}).get("holderIdentity") or ""),
+        ("Age", "string", 0, _age),
+    ],
     "Namespace": [
         ("Name", "string", 0, _name),
         ("Status", "string", 0, lambda o: (o.get("status") or {}).get("phase", "Active")),

@@ -10,8 +10,8 @@
 It is faithful where reconcile depends on behaviour (label validation with the real 422
 body, the three patch types and server-side apply, resourceVersion conflicts, paginated
 lists with selectors, dry-run, the Eviction API with PodDisruptionBudget accounting,
-cordon, watches with bookmarks and 410 Expired) and refuses, with a clear 4xx, what it
-does not model. See docs/sandbox.md.
+cordon, watches with bookmarks and 410 Expired, Events and Leases) and refuses, with a
+clear 4xx, what it does not model. See docs/sandbox.md.
 """
 
 from __future__ import annotations

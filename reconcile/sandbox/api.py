@@ -22,13 +22,14 @@ import yaml
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.selector import SelectorError, parse
 from reconcile.kube.validation import FieldError
-from reconcile.sandbox import decoding, defaults, disruption, fields
+from reconcile.sandbox import decoding, defaults, disruption, events, fields
 from reconcile.sandbox.errors import (
     ApiStatus,
     already_exists,
     bad_request,
     conflict,
     invalid_object,
+    method_not_allowed,
     not_found,
     unconditional_update_refused,
     unsupported_media_type,
@@ -102,7 +103,8 @@ class SandboxApi:
             encoded = self.store.encoded(resource.key, (namespace, name))
         if encoded is None:
             raise not_found(resource, name)
-        return encoded
+        convert = _view(resource)
+        return encode(convert(json.loads(encoded))) if convert else encoded
 
     # --- the scale subresource (autoscaling/v1 Scale of a Deployment, ReplicaSet, ...) ---
 
@@ -159,9 +161,13 @@ class SandboxApi:
     ) -> Page:
         match = _matcher(resource, label_selector, field_selector)
         with self.store.lock:
-            return self.store.page(
+            page = self.store.page(
                 resource.key, namespace=namespace, match=match, limit=limit, token=token
             )
+        convert = _view(resource)
+        if convert:
+            page.items = [encode(convert(json.loads(item))) for item in page.items]
+        return page
 
     def watch(
         self, resource: Resource, namespace: str | None, options: WatchOptions, *, as_table: bool
@@ -173,7 +179,7 @@ class SandboxApi:
             namespace,
             options,
             match=_matcher(resource, options.label_selector, options.field_selector),
-            convert=None,
+            convert=_view(resource),
             as_table=as_table,
             bookmark_interval=self.bookmark_interval,
             bookmarks_served=resource.watch_cache,
@@ -299,6 +305,8 @@ class SandboxApi:
         force: bool,
         subresource: str = "",
     ) -> tuple[int, Obj]:
+        if resource.read_only:
+            raise _read_only(resource)
         if content_type not in PATCH_TYPES:
             raise unsupported_media_type(content_type)
         if content_type == APPLY_PATCH:
@@ -419,6 +427,8 @@ class SandboxApi:
         dry_run: bool,
         grace: int | None = None,
     ) -> Obj:
+        if resource.read_only:
+            raise _read_only(resource)
         with self.store.lock:
             old = self._existing(resource, namespace, name)
             if dry_run:
@@ -429,7 +439,7 @@ class SandboxApi:
             if resource is NAMESPACES:
                 # No namespace controller here: what the namespace held goes with it at once.
                 for other in BY_PATH.values():
-                    if other.namespaced:
+                    if other.namespaced and not other.storage:
                         for obj in list(self.store.values(other.key, name)):
                             self.store.delete(other.key, (name, obj["metadata"]["name"]))
             self._after_write(resource, namespace)
@@ -593,6 +603,8 @@ class SandboxApi:
 
     @staticmethod
     def _decoded(resource: Resource, body: Any) -> Obj:
+        if resource.read_only:
+            raise _read_only(resource)
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a JSON object")
         api_version, kind = body.get("apiVersion"), body.get("kind")
@@ -626,6 +638,22 @@ class SandboxApi:
             raise bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
+
+
+def _view(resource: Resource) -> Callable[[Obj], Obj] | None:
+    """How objects of a view are converted from their stored form (core v1 events)."""
+    return (
+        events.to_core
+        if resource.storage == "events.k8s.io/events" and resource.read_only
+        else None
+    )
+
+
+def _read_only(resource: Resource) -> ApiStatus:
+    return method_not_allowed(
+        f"{resource.plural} ({resource.group_version}) are read-only in the reconcile sandbox: "
+        f"write them through events.k8s.io/v1"
+    )
 
 
 def invalid_object_options() -> ApiStatus:
@@ -710,13 +738,18 @@ def _matcher(
     terms = _parse_field_selector(resource, field_selector) if field_selector else []
     if selector is None and not terms:
         return None
+    # Events are selected by upstream's internal field names, whichever API is asked.
+    value_of = events.field_value if resource.key == "events.k8s.io/events" else _field_value
 
     def match(obj: Obj) -> bool:
         if selector is not None and not selector.matches(
             (obj.get("metadata") or {}).get("labels") or {}
         ):
             return False
-        return all((_field_value(obj, f) == v) != negate for f, v, negate in terms)
+        return all(
+            ((_field_value if f.startswith("metadata.") else value_of)(obj, f) == v) != negate
+            for f, v, negate in terms
+        )
 
     return match
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from reconcile.sandbox import events
+
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 
 
@@ -66,7 +68,9 @@ def pod_spec(spec: dict[str, Any], *, admission: bool) -> None:
 def apply(group: str, kind: str, obj: dict[str, Any], *, creating: bool) -> None:
     """Fill in defaults in place for a create or update of `obj`."""
     spec = obj.get("spec")
-    if (group, kind) == ("coordination.k8s.io", "Lease"):
+    if (group, kind) == ("events.k8s.io", "Event"):
+        events.normalize(obj)
+    elif (group, kind) == ("coordination.k8s.io", "Lease"):
         lease = spec if isinstance(spec, dict) else {}
         # Behind the CoordinatedLeaderElection gate, off in v1.36: dropped, not refused.
         lease.pop("strategy", None)

@@ -94,13 +94,13 @@ def unconditional_update_refused(resource: Resource, name: str) -> ApiStatus:
 
 def invalid_object(resource: Resource, name: str, errors: list[FieldError]) -> ApiStatus:
     details = _details(resource, name, kind=resource.kind)
+    kind = resource.qualified_kind
+    if resource.validated_as_core:
+        # Upstream validates the internal (core) object: the error names no group.
+        details.pop("group", None)
+        kind = resource.kind
     details["causes"] = [e.cause() for e in errors]
-    return ApiStatus(
-        422,
-        "Invalid",
-        f'{resource.qualified_kind} "{name}" is invalid: {aggregate(errors)}',
-        details,
-    )
+    return ApiStatus(422, "Invalid", f'{kind} "{name}" is invalid: {aggregate(errors)}', details)
 
 
 def list_options_invalid(errors: list[FieldError]) -> ApiStatus:

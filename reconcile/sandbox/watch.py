@@ -16,7 +16,7 @@ A watch is newline-delimited JSON events, `{"type": ..., "object": ...}`, over a
   a minute) and one 2 s before timeoutSeconds runs out, but only once something was
   written after the watch opened (upstream: past the last event it replayed on opening);
   its object is the kind's empty object with only metadata.resourceVersion set, as
-  upstream serializes it;
+  upstream serializes it (no periodic bookmarks for Events, which upstream does not cache);
 - a resourceVersion older than the retained history: one ERROR event, a 410 Expired
   Status `too old resource version: N (H)`, and the end of the stream; one newer than the
   store's: after 3 s, a 504 `Too large resource version`;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import queue
 import shutil
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ClusterFactory
-from tests.support import TestCluster, lab_objects
+from tests.support import SEEDED, TestCluster, lab_objects
 
 pytestmark = pytest.mark.kubectl
 
@@ -321,3 +322,39 @@ def test_get_nodes_watch_prints_each_change(lab: TestCluster) -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_describe_node_shows_its_events(lab: TestCluster) -> None:
+    """kubectl lists core v1 events by the node's name and uid: an events.k8s.io Event
+    regarding the node (with its uid) shows in `describe` and in `get events`."""
+    uid = lab.node("lab-node-1")["metadata"]["uid"]
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "described", "labels": {SEEDED: "true"}},
+        "eventTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": "reconcile.io/watch",
+        "reportingInstance": "reconcile-watch-0",
+        "action": "Reconcile",
+        "reason": "LabelDrift",
+        "regarding": {"kind": "Node", "name": "lab-node-1", "uid": uid, "apiVersion": "v1"},
+        "note": "nvidia.com/gpu.count drifted",
+        "type": "Warning",
+    }
+    path = "/apis/events.k8s.io/v1/namespaces/default/events"
+    status, created = lab.raw("POST", path, event)
+    assert status == 201, created
+    try:
+        described = kubectl(lab, "describe", "node", "lab-node-1")
+        assert described.returncode == 0, described.stderr
+        events = described.stdout.split("Events:", 1)[1].split()
+        assert events[:3] == ["Type", "Reason", "Age"]
+        assert events[events.index("Warning") :][:2] == ["Warning", "LabelDrift"]
+        assert "reconcile.io/watch" in events
+        listed = kubectl(lab, "get", "events", "-n", "default")
+        assert listed.returncode == 0, listed.stderr
+        header, *rows = listed.stdout.splitlines()
+        assert header.split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+        assert any(row.split()[1:4] == ["Warning", "LabelDrift", "node/lab-node-1"] for row in rows)
+    finally:
+        lab.raw("DELETE", f"{path}/described")

@@ -461,5 +461,5 @@ def test_watch_options_are_validated_as_upstream(lab: TestCluster) -> None:
 
 def test_discovery_says_watch_is_served(lab: TestCluster) -> None:
     resources = {r["name"]: r for r in lab.raw("GET", "/api/v1")[1]["resources"]}
-    for name in ("nodes", "pods"):
+    for name in ("nodes", "pods", "events"):
         assert "watch" in resources[name]["verbs"], name

@@ -2,7 +2,8 @@
 
 Ported from k8s.io/kubernetes/pkg/apis/core/validation and friends for what matters
 here: object metadata (names, labels, annotations), pod specs (containers, nodeSelector,
-node and pod affinity, tolerations), Deployments, PodDisruptionBudgets, node taints.
+node and pod affinity, tolerations), Deployments, PodDisruptionBudgets, node taints, and
+the Events and Leases a controller writes.
 The sandbox answers with these errors (same field, type and message), and `validate`
 runs them offline, so a manifest refused in review is one the API server would refuse.
 """
@@ -84,8 +85,18 @@ def not_supported(field: str, value: Any, supported: list[str]) -> FieldError:
     )
 
 
+@dataclass(frozen=True)
+class Printed:
+    """A bad value printed already, as upstream prints it (a Go struct as JSON with its
+    Go field names: `{"Kind":"Node","Namespace":"",...}`)."""
+
+    text: str
+
+
 def go_value(value: Any) -> str:
     """How field.Error prints a bad value: %q for strings, %v for numbers, %#v for the rest."""
+    if isinstance(value, Printed):
+        return value.text
     if isinstance(value, str):
         return go_quote(value)
     if isinstance(value, bool):
@@ -625,6 +636,8 @@ def validate_object(
     errors = validate_object_meta(
         obj, namespaced=namespaced, name_rule=NAME_RULES.get((group, kind), NAME_DNS_SUBDOMAIN)
     )
+    if (group, kind) == ("events.k8s.io", "Event"):
+        return validate_event(obj, old, errors)
     spec = obj.get("spec")
     if (group, kind) == ("", "Pod"):
         errors += validate_pod_spec(spec, "spec")
@@ -642,9 +655,192 @@ def validate_object(
             errors.append(
                 invalid("spec.selector", (spec or {}).get("selector"), "field is immutable")
             )
+    elif (group, kind) == ("coordination.k8s.io", "Lease"):
+        errors += validate_lease_spec(spec)
     elif (group, kind) == ("batch", "Job"):
         template = (spec or {}).get("template") or {}
         errors += validate_pod_spec(
             template.get("spec"), "spec.template.spec", restart_policies=["OnFailure", "Never"]
+        )
+    return errors
+
+
+# --- events.k8s.io/v1 Event ----------------------------------------------------------------
+# pkg/apis/core/validation/events.go. Upstream validates the internal (core) Event, so the
+# errors name core fields: `message` for note, `involvedObject` for regarding, `count`,
+# `source`, `firstTimestamp` for the deprecated ones.
+
+EVENT_TYPES: Final = ("Normal", "Warning")
+REPORTING_INSTANCE_LIMIT: Final = 128
+ACTION_LIMIT: Final = 128
+REASON_LIMIT: Final = 128
+NOTE_LIMIT: Final = 1024
+_REFERENCE_FIELDS: Final = (
+    "Kind",
+    "Namespace",
+    "Name",
+    "UID",
+    "APIVersion",
+    "ResourceVersion",
+    "FieldPath",
+)
+
+
+def _too_long(field: str, value: Any, limit: int) -> list[FieldError]:
+    if isinstance(value, str) and len(value.encode()) > limit:
+        return [invalid(field, "", f"can have at most {limit} characters")]
+    return []
+
+
+def _legacy_event(obj: dict[str, Any]) -> list[FieldError]:
+    """legacyValidateEvent, for an Event written through events.k8s.io/v1."""
+    namespace = (obj.get("metadata") or {}).get("namespace") or ""
+    regarding = obj.get("regarding") or {}
+    regarding_namespace = str(regarding.get("namespace") or "")
+    mismatch = invalid(
+        "involvedObject.namespace", regarding_namespace, "does not match event.namespace"
+    )
+    if not obj.get("eventTime"):
+        # An Event without eventTime is an old-style one: namespaces must agree.
+        if regarding_namespace and regarding_namespace != namespace:
+            return [mismatch]
+        if not regarding_namespace and namespace not in ("", "default"):
+            return [mismatch]
+        return []
+    errors: list[FieldError] = []
+    # An Event about a cluster-scoped object lives in default (or kube-system).
+    if not regarding_namespace and namespace not in ("default", "kube-system"):
+        errors.append(mismatch)
+    controller = str(obj.get("reportingController") or "")
+    if not controller:
+        errors.append(required("reportingController"))
+    errors += [
+        invalid("reportingController", controller, m) for m in labels.is_qualified_name(controller)
+    ]
+    for field, limit in (
+        ("reportingInstance", REPORTING_INSTANCE_LIMIT),
+        ("action", ACTION_LIMIT),
+        ("reason", REASON_LIMIT),
+    ):
+        if not obj.get(field):
+            errors.append(required(field))
+        errors += _too_long(field, obj.get(field), limit)
+    errors += _too_long("message", obj.get("note"), NOTE_LIMIT)
+    return errors
+
+
+def _event_series(obj: dict[str, Any]) -> list[FieldError]:
+    series = obj.get("series")
+    if not isinstance(series, dict):
+        return []
+    errors = []
+    count = series.get("count")
+    if not isinstance(count, int) or count < 2:
+        errors.append(invalid("series.count", "", "should be at least 2"))
+    if not series.get("lastObservedTime"):
+        errors.append(required("series.lastObservedTime"))
+    return errors
+
+
+def _go_struct(value: Any, fields: tuple[str, ...], keys: tuple[str, ...]) -> Printed:
+    """An internal struct as upstream prints it in an error: Go field names, zero values."""
+    if not isinstance(value, dict):
+        return Printed("null")
+    body = {name: str(value.get(key) or "") for name, key in zip(fields, keys, strict=True)}
+    return Printed(json.dumps(body, separators=(",", ":")))
+
+
+def _reference(value: Any) -> Printed:
+    keys = ("kind", "namespace", "name", "uid", "apiVersion", "resourceVersion", "fieldPath")
+    return _go_struct(value, _REFERENCE_FIELDS, keys)
+
+
+def _event_immutables(new: dict[str, Any], old: dict[str, Any]) -> list[FieldError]:
+    """ValidateEventUpdate's immutable fields, in its order (reason is checked twice)."""
+
+    def text(obj: dict[str, Any], key: str) -> str:
+        return str(obj.get(key) or "")
+
+    def reference(obj: dict[str, Any], key: str) -> Printed:
+        return _reference(obj.get(key) or {}) if key == "regarding" else _reference(obj.get(key))
+
+    def source(obj: dict[str, Any], key: str) -> Printed:
+        return _go_struct(obj.get(key) or {}, ("Component", "Host"), ("component", "host"))
+
+    def stamp(obj: dict[str, Any], key: str) -> Any:
+        value = obj.get(key)
+        return value if value else Printed("null")
+
+    def count(obj: dict[str, Any], key: str) -> Any:
+        return int(obj.get(key) or 0)
+
+    checks: tuple[tuple[str, str, Any], ...] = (
+        ("regarding", "involvedObject", reference),
+        ("reason", "reason", text),
+        ("note", "message", text),
+        ("deprecatedSource", "source", source),
+        ("deprecatedFirstTimestamp", "firstTimestamp", stamp),
+        ("deprecatedLastTimestamp", "lastTimestamp", stamp),
+        ("deprecatedCount", "count", count),
+        ("reason", "reason", text),
+        ("type", "type", text),
+        ("eventTime", "eventTime", stamp),
+        ("action", "action", text),
+        ("related", "related", reference),
+        ("reportingController", "reportingController", text),
+        ("reportingInstance", "reportingInstance", text),
+    )
+    return [
+        invalid(field, get(new, key), "field is immutable")
+        for key, field, get in checks
+        if get(new, key) != get(old, key)
+    ]
+
+
+def validate_event(
+    obj: dict[str, Any], old: dict[str, Any] | None, meta_errors: list[FieldError]
+) -> list[FieldError]:
+    """ValidateEventCreate / ValidateEventUpdate for events.k8s.io/v1 (metadata errors
+    come after the legacy checks, as upstream orders them)."""
+    errors = _legacy_event(obj) + meta_errors
+    if old is not None:
+        if obj.get("series") != old.get("series"):
+            errors += _event_series(obj)
+        return errors + _event_immutables(obj, old)
+    errors += _event_series(obj)
+    if not obj.get("eventTime"):
+        errors.append(required("eventTime"))
+    event_type = str(obj.get("type") or "")
+    if event_type not in EVENT_TYPES:
+        errors.append(invalid("type", "", f"has invalid value: {event_type}"))
+    for key, field in (
+        ("deprecatedFirstTimestamp", "firstTimestamp"),
+        ("deprecatedLastTimestamp", "lastTimestamp"),
+        ("deprecatedCount", "count"),
+    ):
+        if obj.get(key):
+            errors.append(invalid(field, "", "needs to be unset"))
+    source = obj.get("deprecatedSource") or {}
+    if isinstance(source, dict) and (source.get("component") or source.get("host")):
+        errors.append(invalid("source", "", "needs to be unset"))
+    return errors
+
+
+# --- coordination.k8s.io/v1 Lease ----------------------------------------------------------
+
+
+def validate_lease_spec(spec: Any) -> list[FieldError]:
+    """ValidateLeaseSpec (strategy and preferredHolder are behind a gate that is off in
+    v1.36: dropped before validation, never refused)."""
+    if not isinstance(spec, dict):
+        return []
+    errors = []
+    duration = spec.get("leaseDurationSeconds")
+    if isinstance(duration, int) and duration <= 0:
+        errors.append(invalid("spec.leaseDurationSeconds", duration, "must be greater than 0"))
+    transitions = spec.get("leaseTransitions")
+    if isinstance(transitions, int) and transitions < 0:
+        errors.append(
+            invalid("spec.leaseTransitions", transitions, "must be greater than or equal to 0")
         )
     return errors

@@ -4,11 +4,14 @@
         cluster.write_kubeconfig(path)   # for reconcile, kubectl, the official client
         ...
         cluster.requests                 # what was asked of it
+        cluster.close_watches()          # break every watch stream (a client reconnects)
+        cluster.compact()                # every older resourceVersion is now 410 Expired
 
 It is faithful where reconcile depends on behaviour (label validation with the real 422
 body, the three patch types and server-side apply, resourceVersion conflicts, paginated
 lists with selectors, dry-run, the Eviction API with PodDisruptionBudget accounting,
-cordon) and refuses, with a clear 4xx, what it does not model. See docs/sandbox.md.
+cordon, watches with bookmarks and 410 Expired, Events and Leases) and refuses, with a
+clear 4xx, what it does not model. See docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from reconcile.sandbox.api import NAMESPACES, SandboxApi
 from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.resources import RESOURCES, Resource, resource_for
 from reconcile.sandbox.server import FaultInjector, RequestRecord, SandboxHTTPServer
-from reconcile.sandbox.store import Store
+from reconcile.sandbox.store import DEFAULT_HISTORY, Store
 
 __all__ = ["FaultInjector", "RequestRecord", "Sandbox", "SeedError"]
 
@@ -50,10 +53,16 @@ class Sandbox:
         token: str | None = None,
         require_token: bool = True,
         faults: FaultInjector | None = None,
+        watch_history: int = DEFAULT_HISTORY,
+        bookmark_interval: float = 60.0,
     ) -> None:
+        """`watch_history`: how many writes a watch can resume across (older
+        resourceVersions are 410 Expired); `bookmark_interval`: seconds between the
+        BOOKMARKs of a watch that allows them (upstream: about a minute)."""
         self._faults = faults
-        self.store = Store()
+        self.store = Store(history=watch_history)
         self.api = SandboxApi(self.store)
+        self.api.bookmark_interval = bookmark_interval
         self.token = (token or secrets.token_urlsafe(24)) if require_token else None
         self._port = port
         self.certificates = tls.generate()
@@ -87,6 +96,8 @@ class Sandbox:
 
     def stop(self) -> None:
         if self._server is not None:
+            # Open watch streams end first (cleanly): nothing hangs on a stopped server.
+            self._server.stop_watches()
             self._server.shutdown()
             self._server.server_close()
             self._server = None
@@ -120,6 +131,35 @@ class Sandbox:
 
     def clear_requests(self) -> None:
         self.server.requests.clear()
+
+    # --- watches -------------------------------------------------------------------------
+
+    @property
+    def bookmark_interval(self) -> float:
+        return self.api.bookmark_interval
+
+    @bookmark_interval.setter
+    def bookmark_interval(self, seconds: float) -> None:
+        """For watches started from now on."""
+        self.api.bookmark_interval = seconds
+
+    @property
+    def open_watches(self) -> int:
+        """How many watch streams are open right now."""
+        return len(self.server.watches)
+
+    def close_watches(self, *, abrupt: bool = False) -> int:
+        """End every open watch stream, as an API server restarting or a load balancer
+        timing out does; how many there were. Cleanly (the terminating chunk: the
+        client's stream ends) or abruptly (the connection cut mid-stream: the client's
+        read fails). Either way its client must watch again from its last resourceVersion."""
+        return self.server.close_watches(abrupt=abrupt)
+
+    def compact(self) -> None:
+        """Forget the write history, as etcd compaction does: a watch from any
+        resourceVersion older than the current one is answered 410 Expired (an ERROR
+        event), and the client must LIST again."""
+        self.store.compact()
 
     def set_faults(self, faults: FaultInjector | None) -> None:
         self._faults = faults

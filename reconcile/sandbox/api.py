@@ -22,19 +22,22 @@ import yaml
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.selector import SelectorError, parse
 from reconcile.kube.validation import FieldError
-from reconcile.sandbox import defaults, disruption, fields
+from reconcile.sandbox import decoding, defaults, disruption, events, fields
 from reconcile.sandbox.errors import (
     ApiStatus,
     already_exists,
     bad_request,
     conflict,
     invalid_object,
+    method_not_allowed,
     not_found,
+    unconditional_update_refused,
     unsupported_media_type,
 )
 from reconcile.sandbox.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
 from reconcile.sandbox.resources import BY_PATH, Resource
-from reconcile.sandbox.store import Key, Obj, Page, Store
+from reconcile.sandbox.store import Key, Obj, Page, Store, encode
+from reconcile.sandbox.watch import Watch, WatchOptions
 
 NAMESPACES: Final = BY_PATH[("", "v1", "namespaces")]
 PODS: Final = BY_PATH[("", "v1", "pods")]
@@ -90,6 +93,8 @@ class SandboxApi:
         self.clock: Callable[[], str] = fields.now
         # How long a stand-in kubelet takes to confirm a bound pod's graceful deletion.
         self.kubelet_delay = 0.2
+        # How often a watch that asked for bookmarks gets one (upstream: about a minute).
+        self.bookmark_interval = 60.0
 
     # --- reads -------------------------------------------------------------------------
 
@@ -98,7 +103,8 @@ class SandboxApi:
             encoded = self.store.encoded(resource.key, (namespace, name))
         if encoded is None:
             raise not_found(resource, name)
-        return encoded
+        convert = _view(resource)
+        return encode(convert(json.loads(encoded))) if convert else encoded
 
     # --- the scale subresource (autoscaling/v1 Scale of a Deployment, ReplicaSet, ...) ---
 
@@ -155,9 +161,29 @@ class SandboxApi:
     ) -> Page:
         match = _matcher(resource, label_selector, field_selector)
         with self.store.lock:
-            return self.store.page(
+            page = self.store.page(
                 resource.key, namespace=namespace, match=match, limit=limit, token=token
             )
+        convert = _view(resource)
+        if convert:
+            page.items = [encode(convert(json.loads(item))) for item in page.items]
+        return page
+
+    def watch(
+        self, resource: Resource, namespace: str | None, options: WatchOptions, *, as_table: bool
+    ) -> Watch:
+        """A watch of the collection; its selectors are checked now (400 before any event)."""
+        return Watch(
+            self.store,
+            resource,
+            namespace,
+            options,
+            match=_matcher(resource, options.label_selector, options.field_selector),
+            convert=_view(resource),
+            as_table=as_table,
+            bookmark_interval=self.bookmark_interval,
+            bookmarks_served=resource.watch_cache,
+        )
 
     # --- writes ------------------------------------------------------------------------
 
@@ -240,13 +266,23 @@ class SandboxApi:
         manager: str,
         dry_run: bool,
         subresource: str = "",
-    ) -> Obj:
+    ) -> tuple[int, Obj]:
+        """PUT: (status code, object); 201 when the resource creates on update."""
         obj = self._decoded(resource, body)
         self._check_name(obj, name)
         self._check_namespace(resource, namespace, obj)
         with self.store.lock:
-            old = self._existing(resource, namespace, name)
-            return self._store_update(
+            old = self.store.get(resource.key, (namespace, name))
+            if old is None:
+                if not resource.create_on_update or subresource:
+                    raise not_found(resource, name)
+                obj.setdefault("metadata", {})["name"] = name
+                return 201, self._store_new(
+                    resource, namespace, obj, manager=manager, dry_run=dry_run
+                )
+            if not resource.unconditional_update and not obj["metadata"].get("resourceVersion"):
+                raise unconditional_update_refused(resource, name)
+            return 200, self._store_update(
                 resource,
                 (namespace, name),
                 old,
@@ -269,6 +305,8 @@ class SandboxApi:
         force: bool,
         subresource: str = "",
     ) -> tuple[int, Obj]:
+        if resource.read_only:
+            raise _read_only(resource)
         if content_type not in PATCH_TYPES:
             raise unsupported_media_type(content_type)
         if content_type == APPLY_PATCH:
@@ -301,6 +339,7 @@ class SandboxApi:
                 raise ApiStatus(422, "Invalid", str(e)) from None
             if not isinstance(new, dict):
                 raise ApiStatus(422, "Invalid", "the patch does not produce an object")
+            decoding.decode_patched(resource, new, encode)
             self._check_name(new, name)
             stored = self._store_update(
                 resource,
@@ -347,6 +386,7 @@ class SandboxApi:
             )
         self._check_name(config, name)
         self._check_namespace(resource, namespace, config)
+        decoding.decode(resource, config)
         metadata = config.setdefault("metadata", {})
         metadata["name"] = name
         with self.store.lock:
@@ -387,6 +427,8 @@ class SandboxApi:
         dry_run: bool,
         grace: int | None = None,
     ) -> Obj:
+        if resource.read_only:
+            raise _read_only(resource)
         with self.store.lock:
             old = self._existing(resource, namespace, name)
             if dry_run:
@@ -397,10 +439,9 @@ class SandboxApi:
             if resource is NAMESPACES:
                 # No namespace controller here: what the namespace held goes with it at once.
                 for other in BY_PATH.values():
-                    if other.namespaced:
+                    if other.namespaced and not other.storage:
                         for obj in list(self.store.values(other.key, name)):
                             self.store.delete(other.key, (name, obj["metadata"]["name"]))
-            self.store.next_resource_version()
             self._after_write(resource, namespace)
         return old
 
@@ -426,7 +467,6 @@ class SandboxApi:
                 self._begin_termination(namespace, name, pod, None)
                 return disruption.SUCCESS
             self.store.delete(PODS.key, (namespace, name))
-            self.store.next_resource_version()
             self._after_write(PODS, namespace)
         return disruption.SUCCESS
 
@@ -468,7 +508,6 @@ class SandboxApi:
             if current is None or current["metadata"].get("uid") != uid:
                 return
             self.store.delete(PODS.key, (namespace, name))
-            self.store.next_resource_version()
             self._after_write(PODS, namespace)
 
     # --- the write path ------------------------------------------------------------------
@@ -564,6 +603,8 @@ class SandboxApi:
 
     @staticmethod
     def _decoded(resource: Resource, body: Any) -> Obj:
+        if resource.read_only:
+            raise _read_only(resource)
         if not isinstance(body, dict):
             raise bad_request("the body of the request must be a JSON object")
         api_version, kind = body.get("apiVersion"), body.get("kind")
@@ -575,8 +616,11 @@ class SandboxApi:
             raise bad_request(
                 f"the kind in the data ({kind}) does not match the expected kind ({resource.kind})"
             )
-        obj = copy.deepcopy(body)
+        # kind and apiVersion first, as the API server writes every object.
+        obj = {"kind": resource.kind, "apiVersion": resource.group_version}
+        obj.update(copy.deepcopy(body))
         obj["apiVersion"], obj["kind"] = resource.group_version, resource.kind
+        decoding.decode(resource, obj)
         return obj
 
     @staticmethod
@@ -594,6 +638,22 @@ class SandboxApi:
             raise bad_request(
                 "the namespace of the provided object does not match the namespace sent on the request"
             )
+
+
+def _view(resource: Resource) -> Callable[[Obj], Obj] | None:
+    """How objects of a view are converted from their stored form (core v1 events)."""
+    return (
+        events.to_core
+        if resource.storage == "events.k8s.io/events" and resource.read_only
+        else None
+    )
+
+
+def _read_only(resource: Resource) -> ApiStatus:
+    return method_not_allowed(
+        f"{resource.plural} ({resource.group_version}) are read-only in the reconcile sandbox: "
+        f"write them through events.k8s.io/v1"
+    )
 
 
 def invalid_object_options() -> ApiStatus:
@@ -641,6 +701,10 @@ def _parse_field_selector(resource: Resource, text: str) -> list[tuple[str, str,
             raise bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
         field = field.strip()
         if field not in allowed:
+            if resource.generic_field_selectors:
+                raise bad_request(
+                    f'"{field}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+                )
             raise bad_request(f"field label not supported: {field}")
         unescaped = value.replace("\\,", ",").replace("\\=", "=").replace("\\\\", "\\")
         terms.append((field, unescaped, operator == "!="))
@@ -674,13 +738,18 @@ def _matcher(
     terms = _parse_field_selector(resource, field_selector) if field_selector else []
     if selector is None and not terms:
         return None
+    # Events are selected by upstream's internal field names, whichever API is asked.
+    value_of = events.field_value if resource.key == "events.k8s.io/events" else _field_value
 
     def match(obj: Obj) -> bool:
         if selector is not None and not selector.matches(
             (obj.get("metadata") or {}).get("labels") or {}
         ):
             return False
-        return all((_field_value(obj, f) == v) != negate for f, v, negate in terms)
+        return all(
+            ((_field_value if f.startswith("metadata.") else value_of)(obj, f) == v) != negate
+            for f, v, negate in terms
+        )
 
     return match
 

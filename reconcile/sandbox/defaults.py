@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+from reconcile.sandbox import events
+
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 
 
@@ -69,7 +71,15 @@ def pod_spec(spec: dict[str, Any], *, admission: bool, pod: bool = False) -> Non
 def apply(group: str, kind: str, obj: dict[str, Any], *, creating: bool) -> None:
     """Fill in defaults in place for a create or update of `obj`."""
     spec = obj.get("spec")
-    if (group, kind) == ("", "Pod") and isinstance(spec, dict):
+    if (group, kind) == ("events.k8s.io", "Event"):
+        events.normalize(obj)
+    elif (group, kind) == ("coordination.k8s.io", "Lease"):
+        lease = spec if isinstance(spec, dict) else {}
+        # Behind the CoordinatedLeaderElection gate, off in v1.36: dropped, not refused.
+        lease.pop("strategy", None)
+        lease.pop("preferredHolder", None)
+        obj["spec"] = lease
+    elif (group, kind) == ("", "Pod") and isinstance(spec, dict):
         pod_spec(spec, admission=creating, pod=True)
         if creating:
             status = obj.setdefault("status", {})

@@ -34,8 +34,9 @@ class ApiStatus(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
         }
+        if self.reason:  # upstream's internal failures carry none
+            body["reason"] = self.reason
         if self.details is not None:
             body["details"] = self.details
         body["code"] = self.code
@@ -75,14 +76,40 @@ def conflict(resource: Resource, name: str) -> ApiStatus:
     )
 
 
-def invalid_object(resource: Resource, name: str, errors: list[FieldError]) -> ApiStatus:
-    details = _details(resource, name, kind=resource.kind)
-    details["causes"] = [e.cause() for e in errors]
+def unconditional_update_refused(resource: Resource, name: str) -> ApiStatus:
+    """PUT without metadata.resourceVersion of a kind whose strategy forbids it (Lease):
+    upstream names the resource, not the kind, in this one."""
+    message = "Invalid value: 0: must be specified for an update"
+    details = _details(resource, name)
+    details["causes"] = [
+        {"reason": "FieldValueInvalid", "message": message, "field": "metadata.resourceVersion"}
+    ]
     return ApiStatus(
         422,
         "Invalid",
-        f'{resource.qualified_kind} "{name}" is invalid: {aggregate(errors)}',
+        f'{resource.qualified} "{name}" is invalid: metadata.resourceVersion: {message}',
         details,
+    )
+
+
+def invalid_object(resource: Resource, name: str, errors: list[FieldError]) -> ApiStatus:
+    details = _details(resource, name, kind=resource.kind)
+    kind = resource.qualified_kind
+    if resource.validated_as_core:
+        # Upstream validates the internal (core) object: the error names no group.
+        details.pop("group", None)
+        kind = resource.kind
+    details["causes"] = [e.cause() for e in errors]
+    return ApiStatus(422, "Invalid", f'{kind} "{name}" is invalid: {aggregate(errors)}', details)
+
+
+def list_options_invalid(errors: list[FieldError]) -> ApiStatus:
+    """Query parameters of a list or watch that ListOptions validation refuses."""
+    return ApiStatus(
+        422,
+        "Invalid",
+        f'ListOptions.meta.k8s.io "" is invalid: {aggregate(errors)}',
+        {"group": "meta.k8s.io", "kind": "ListOptions", "causes": [e.cause() for e in errors]},
     )
 
 

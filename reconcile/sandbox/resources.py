@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-# Verbs the sandbox implements; `watch` is not among them and is refused with 405.
-VERBS: Final = ("create", "delete", "get", "list", "patch", "update")
+# Verbs the sandbox implements (no `deletecollection`: refused with 405).
+VERBS: Final = ("create", "delete", "get", "list", "patch", "update", "watch")
+READ_ONLY: Final = ("get", "list", "watch")
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,24 @@ class Resource:
     generation: bool = True
     categories: tuple[str, ...] = ()
     list_kind: str = field(default="", compare=False)
+    verbs: tuple[str, ...] = VERBS
+    # Another resource's storage key, when this one is a view of that one's objects
+    # (core v1 events of events.k8s.io Events).
+    storage: str = ""
+    # Strategy flags (rest.RESTUpdateStrategy): PUT of a missing object creates it; PUT
+    # without metadata.resourceVersion is refused.
+    create_on_update: bool = False
+    unconditional_update: bool = True
+    # No watch cache upstream (events): watches get no periodic bookmarks.
+    watch_cache: bool = True
+    # Field selectors beyond metadata.* are refused with upstream's generic message
+    # (`"x" is not a known field selector: only ...`) rather than `field label not supported`.
+    generic_field_selectors: bool = False
+    # Validated as its internal core type (events.k8s.io Events): 422s name `Event`.
+    validated_as_core: bool = False
+    # DELETE answers a Success Status, as upstream does for every kind deleted at once
+    # (only the kinds added with watch say so yet; the others answer the deleted object).
+    delete_status: bool = False
 
     @property
     def group_version(self) -> str:
@@ -35,7 +54,11 @@ class Resource:
     @property
     def key(self) -> str:
         """Storage key: one stored version per group/resource."""
-        return f"{self.group}/{self.plural}"
+        return self.storage or f"{self.group}/{self.plural}"
+
+    @property
+    def read_only(self) -> bool:
+        return "create" not in self.verbs
 
     @property
     def qualified(self) -> str:
@@ -63,6 +86,7 @@ def _r(
     fields: tuple[str, ...] = (),
     generation: bool = True,
     categories: tuple[str, ...] = (),
+    **more: Any,
 ) -> Resource:
     return Resource(
         group,
@@ -76,7 +100,36 @@ def _r(
         generation,
         categories,
         kind + "List",
+        **more,
     )
+
+
+# Upstream's selectable fields of an Event: core v1 names, and events.k8s.io/v1 ones.
+_CORE_EVENT_FIELDS = (
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+)
+_V1_EVENT_FIELDS = (
+    "regarding.kind",
+    "regarding.namespace",
+    "regarding.name",
+    "regarding.uid",
+    "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
+    "reason",
+    "reportingController",
+    "type",
+)
 
 
 _ALL = ("all",)
@@ -136,6 +189,20 @@ RESOURCES: Final[tuple[Resource, ...]] = (
         categories=_ALL,
     ),
     _r("", "v1", "serviceaccounts", "ServiceAccount", True, "sa", generation=False),
+    # Events are written through events.k8s.io/v1 only; core v1 reads the same objects.
+    _r(
+        "",
+        "v1",
+        "events",
+        "Event",
+        True,
+        "ev",
+        fields=_CORE_EVENT_FIELDS,
+        generation=False,
+        verbs=READ_ONLY,
+        storage="events.k8s.io/events",
+        watch_cache=False,
+    ),
     _r(
         "apps",
         "v1",
@@ -181,10 +248,37 @@ RESOURCES: Final[tuple[Resource, ...]] = (
     ),
     _r("rbac.authorization.k8s.io", "v1", "roles", "Role", True, generation=False),
     _r("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, generation=False),
+    _r(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        True,
+        "ev",
+        fields=_V1_EVENT_FIELDS,
+        generation=False,
+        create_on_update=True,
+        watch_cache=False,
+        validated_as_core=True,
+        delete_status=True,
+    ),
+    _r(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        True,
+        generation=False,
+        create_on_update=True,
+        unconditional_update=False,
+        generic_field_selectors=True,
+        delete_status=True,
+    ),
 )
 
 BY_PATH: Final = {(r.group, r.version, r.plural): r for r in RESOURCES}
-BY_KIND: Final = {(r.group_version, r.kind): r for r in RESOURCES}
+# Objects are created as the kind the API serves writes for (not a read-only view).
+BY_KIND: Final = {(r.group_version, r.kind): r for r in RESOURCES if not r.read_only}
 GROUPS: Final = tuple(dict.fromkeys(r.group for r in RESOURCES if r.group))
 
 # The server version the sandbox reports; its behaviour follows v1.36.
@@ -251,7 +345,7 @@ def resource_list(group: str, version: str) -> dict[str, Any] | None:
             "singularName": r.singular,
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": list(VERBS),
+            "verbs": list(r.verbs),
         }
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
@@ -331,6 +425,8 @@ def openapi_v3_group_version(path: str) -> dict[str, Any] | None:
         return None
     paths: dict[str, Any] = {}
     for r in members:
+        if r.read_only:
+            continue
         base = (
             f"/{path}/namespaces/{{namespace}}/{r.plural}"
             if r.namespaced

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import select
 import socket
 import ssl
 import threading
@@ -20,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from reconcile.sandbox import patch, protobuf, resources, tables
+from reconcile.sandbox import patch, protobuf, resources, tables, watch
 from reconcile.sandbox.api import SandboxApi
 from reconcile.sandbox.errors import (
     ApiStatus,
@@ -34,6 +35,7 @@ from reconcile.sandbox.errors import (
 )
 from reconcile.sandbox.resources import Resource
 from reconcile.sandbox.store import Page
+from reconcile.sandbox.watch import Watch
 
 MAX_BODY: Final = 3 * 1024 * 1024  # the API server's request size limit
 
@@ -175,7 +177,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             status, payload = self._dispatch(method, split.path, route, query, body, record)
-            record["created"] = method == "PATCH" and status == 201
+            record["created"] = method in ("PATCH", "PUT") and status == 201
             if self.server.faults and status < 300:
                 after = self.server.faults.after_write(
                     method, route if isinstance(route, Route) else None
@@ -193,7 +195,52 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             record.setdefault("status", answer[0] if answer else 500)
             self.server.record(RequestRecord(**record))
+        if isinstance(answer[1], Watch):
+            self._stream(answer[1])
+            return
         self._send(*answer)
+
+    # --- watch streams -------------------------------------------------------------------
+
+    def _stream(self, stream: Watch) -> None:
+        """A watch: a chunked 200 carrying one JSON event per chunk, ended by the watch's
+        timeout (the terminating chunk, the connection kept), or cut when a test breaks it
+        abruptly or the client is gone."""
+        head = [
+            f"{self.protocol_version} 200 OK",
+            "Cache-Control: no-cache, private",
+            "Content-Type: application/json",
+            f"Date: {self.date_time_string()}",
+            "Transfer-Encoding: chunked",
+        ]
+        server = self.server
+        server.add_watch(stream)
+        try:
+            self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+            stream.run(self._chunk, self._client_alive)
+            if stream.abrupt:
+                self.close_connection = True
+                self.request.shutdown(socket.SHUT_RDWR)
+                return
+            self.wfile.write(b"0\r\n\r\n")
+            if server.stopping:
+                self.close_connection = True
+        except OSError:  # the client went away (or the socket timed out writing to it)
+            self.close_connection = True
+        finally:
+            server.remove_watch(stream)
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _client_alive(self) -> bool:
+        """Whether the client still holds the connection: during a watch it sends nothing,
+        so a readable socket means it closed its end."""
+        try:
+            readable, _, _ = select.select([self.request], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable
 
     def _authorized(self) -> bool:
         token = self.server.token
@@ -260,9 +307,19 @@ class Handler(BaseHTTPRequestHandler):
             return self._scale(method, route, name, query, body, record)
         if method == "GET":
             as_table = tables.wants_table(self.headers.get("Accept") or "")
+            if watch.is_watch(query):
+                if name is not None:
+                    # Watching one object is watching the collection for its name.
+                    selector = query.get("fieldSelector")
+                    query = {
+                        **query,
+                        "fieldSelector": f"metadata.name={name}"
+                        + (f",{selector}" if selector else ""),
+                    }
+                return 200, api.watch(
+                    resource, route.namespace, watch.options(query), as_table=as_table
+                )
             if name is None:
-                if query.get("watch") in ("true", "1"):
-                    raise method_not_allowed("watch is not supported by the reconcile sandbox")
                 page = self._page(route, query)
                 if as_table:
                     return 200, tables.table(
@@ -307,7 +364,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise method_not_allowed(
                     f"PUT is not supported on {resource.plural}/{route.subresource}"
                 )
-            obj = api.update(
+            return api.update(
                 resource,
                 namespace,
                 name,
@@ -316,7 +373,6 @@ class Handler(BaseHTTPRequestHandler):
                 dry_run=dry_run,
                 subresource=route.subresource,
             )
-            return 200, obj
         if method == "PATCH":
             if route.subresource not in ("", "status"):
                 raise method_not_allowed(
@@ -343,9 +399,12 @@ class Handler(BaseHTTPRequestHandler):
                 raise method_not_allowed(
                     f"DELETE is not supported on {resource.plural}/{route.subresource}"
                 )
-            return 200, api.delete(
+            deleted = api.delete(
                 resource, namespace, name, dry_run=dry_run, grace=_grace(query, body)
             )
+            if resource.delete_status:
+                return 200, _deleted_status(resource, deleted)
+            return 200, deleted
         raise method_not_allowed(f"{method} is not supported")
 
     def _scale(
@@ -520,6 +579,23 @@ def _accepts_json(accept: str) -> bool:
     return False
 
 
+def _deleted_status(resource: Resource, obj: dict[str, Any]) -> dict[str, Any]:
+    """What upstream answers a DELETE that removed the object at once: a Success Status."""
+    metadata = obj.get("metadata") or {}
+    details: dict[str, Any] = {"name": metadata.get("name", "")}
+    if resource.group:
+        details["group"] = resource.group
+    details["kind"] = resource.plural
+    details["uid"] = metadata.get("uid", "")
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    }
+
+
 def _dry_run(query: dict[str, str]) -> bool:
     value = query.get("dryRun")
     if value is None or value == "":
@@ -533,9 +609,9 @@ def _dry_run(query: dict[str, str]) -> bool:
 
 def _verb(method: str, route: Route, query: dict[str, str]) -> str:
     if method == "GET":
-        if route.name is None:
-            return "watch" if query.get("watch") in ("true", "1") else "list"
-        return "get"
+        if watch.is_watch(query):
+            return "watch"
+        return "list" if route.name is None else "get"
     return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
         method, method.lower()
     )
@@ -554,6 +630,9 @@ class SandboxHTTPServer(ThreadingHTTPServer):
         self.requests: list[RequestRecord] = []
         self._log_lock = threading.Lock()
         self.observers: list[Callable[[RequestRecord], None]] = []
+        self._watches: set[Watch] = set()
+        self._watch_lock = threading.Lock()
+        self.stopping = False
         super().__init__(("127.0.0.1", port), Handler)
         if tls is not None:
             self.socket = tls.wrap_socket(
@@ -563,6 +642,34 @@ class SandboxHTTPServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up or fails the handshake is not the server's problem to report.
         return
+
+    def add_watch(self, stream: Watch) -> None:
+        with self._watch_lock:
+            self._watches.add(stream)
+            if self.stopping:
+                stream.close()
+
+    def remove_watch(self, stream: Watch) -> None:
+        with self._watch_lock:
+            self._watches.discard(stream)
+
+    @property
+    def watches(self) -> list[Watch]:
+        with self._watch_lock:
+            return list(self._watches)
+
+    def close_watches(self, *, abrupt: bool = False) -> int:
+        """End every open watch stream; how many there were."""
+        streams = self.watches
+        for stream in streams:
+            stream.close(abrupt=abrupt)
+        return len(streams)
+
+    def stop_watches(self) -> None:
+        """The server is stopping: end every stream, and every one that starts from now."""
+        with self._watch_lock:
+            self.stopping = True
+        self.close_watches()
 
     def record(self, entry: RequestRecord) -> None:
         with self._log_lock:

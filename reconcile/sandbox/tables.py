@@ -8,6 +8,8 @@ import json
 from collections.abc import Callable
 from typing import Any, Final
 
+from reconcile.sandbox import events
+
 Obj = dict[str, Any]
 Column = tuple[str, str, int, Callable[[Obj], Any]]  # name, type, priority (1 = -o wide), cell
 
@@ -39,12 +41,60 @@ def human_duration(seconds: float) -> str:
     return f"{hours // 24 // 365}y"
 
 
-def _age(obj: Obj) -> str:
-    created = (obj.get("metadata") or {}).get("creationTimestamp")
-    if not created:
+def _since(timestamp: Any) -> str:
+    """translateTimestampSince (and its MicroTime twin): `<unknown>` when unset."""
+    if not timestamp:
         return "<unknown>"
-    when = datetime.datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    layout = "%Y-%m-%dT%H:%M:%S.%fZ" if "." in str(timestamp) else "%Y-%m-%dT%H:%M:%SZ"
+    when = datetime.datetime.strptime(str(timestamp), layout).replace(tzinfo=datetime.UTC)
     return human_duration((datetime.datetime.now(datetime.UTC) - when).total_seconds())
+
+
+def _age(obj: Obj) -> str:
+    return _since((obj.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _core_event(obj: Obj) -> Obj:
+    return obj if obj.get("apiVersion") == "v1" else events.to_core(obj)
+
+
+def _event_cells(obj: Obj) -> list[Any]:
+    """printEvent: the columns of `kubectl get events`, the same for both Event APIs."""
+    event = _core_event(obj)
+    first = (
+        _since(event.get("firstTimestamp"))
+        if event.get("firstTimestamp")
+        else _since(event.get("eventTime"))
+    )
+    last = _since(event.get("lastTimestamp")) if event.get("lastTimestamp") else first
+    count = event.get("count") or 0
+    series = event.get("series")
+    if isinstance(series, dict):
+        last, count = _since(series.get("lastObservedTime")), series.get("count") or 0
+    elif not count:
+        count = 1  # a singleton event of the new API has no count
+    involved = event.get("involvedObject") or {}
+    kind = str(involved.get("kind") or "").lower()
+    target = f"{kind}/{involved['name']}" if involved.get("name") else kind
+    source = event.get("source") or {}
+    component = source.get("component") or event.get("reportingComponent") or ""
+    instance = source.get("host") or event.get("reportingInstance") or ""
+    return [
+        last,
+        event.get("type") or "",
+        event.get("reason") or "",
+        target,
+        involved.get("fieldPath") or "",
+        f"{component}, {instance}" if instance else component,
+        str(event.get("message") or "").strip(),
+        first,
+        count,
+        _name(obj),
+    ]
+
+
+def _event_cell(index: int) -> Callable[[Obj], Any]:
+    return lambda obj: _event_cells(obj)[index]
 
 
 def _name(obj: Obj) -> str:
@@ -171,6 +221,28 @@ COLUMNS: Final[dict[str, list[Column]]] = {
         ),
         ("Age", "string", 0, _age),
     ],
+    "Event": [
+        (name, "string", priority, _event_cell(i))
+        for i, (name, priority) in enumerate(
+            (
+                ("Last Seen", 0),
+                ("Type", 0),
+                ("Reason", 0),
+                ("Object", 0),
+                ("Subobject", 1),
+                ("Source", 1),
+                ("Message", 0),
+                ("First Seen", 1),
+                ("Count", 1),
+                ("Name", 1),
+            )
+        )
+    ],
+    "Lease": [
+        ("Name", "string", 0, _name),
+        ("Holder", "string", 0, lambda o: (o.get("spec") or {}).get("holderIdentity") or ""),
+        ("Age", "string", 0, _age),
+    ],
     "Namespace": [
         ("Name", "string", 0, _name),
         ("Status", "string", 0, lambda o: (o.get("status") or {}).get("phase", "Active")),
@@ -185,16 +257,23 @@ def wants_table(accept: str) -> bool:
 
 
 def table(
-    kind: str, encoded: list[str], resource_version: str, continue_token: str | None
+    kind: str,
+    encoded: list[str],
+    resource_version: str,
+    continue_token: str | None,
+    *,
+    columns: bool = True,
 ) -> dict[str, Any]:
-    columns = COLUMNS.get(kind, DEFAULT_COLUMNS)
+    """A Table of the objects; without its column definitions (null) for the events of a
+    watch after its first, as the API server sends them."""
+    definitions = COLUMNS.get(kind, DEFAULT_COLUMNS)
     rows = []
     for text in encoded:
         obj = json.loads(text)
         partial = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
         rows.append(
             {
-                "cells": [cell(obj) for _, _, _, cell in columns],
+                "cells": [cell(obj) for _, _, _, cell in definitions],
                 "object": {
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
@@ -217,7 +296,9 @@ def table(
                 "description": "",
                 "priority": priority,
             }
-            for name, kind_, priority, _ in columns
-        ],
+            for name, kind_, priority, _ in definitions
+        ]
+        if columns
+        else None,
         "rows": rows,
     }

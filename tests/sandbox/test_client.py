@@ -721,14 +721,6 @@ def test_pod_under_two_budgets_cannot_be_evicted(driver_lab: TestCluster) -> Non
 # --- what is not implemented -----------------------------------------------------------------
 
 
-def test_watch_is_refused_not_ignored(lab: TestCluster) -> None:
-    if not lab.is_sandbox:
-        pytest.skip("a real API server implements watch")
-    status, body = lab.raw("GET", "/api/v1/nodes?watch=true")
-    assert status == 405
-    assert "watch" in body["message"]
-
-
 def test_unknown_resource_is_a_404_naming_it(lab: TestCluster) -> None:
     status, body = lab.raw("GET", "/apis/example.com/v1/widgets")
     assert status == 404

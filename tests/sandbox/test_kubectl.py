@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import ClusterFactory
-from tests.support import TestCluster, lab_objects
+from tests.support import SEEDED, TestCluster, lab_objects
 
 pytestmark = pytest.mark.kubectl
 
@@ -482,3 +485,66 @@ def test_the_other_create_generators(lab: TestCluster) -> None:
     # Cluster-scoped: nothing removes them with the namespaces (on a real cluster).
     assert kubectl(lab, "delete", "clusterrolebinding", "crb").returncode == 0
     assert kubectl(lab, "delete", "clusterrole", "cr").returncode == 0
+
+
+def test_get_nodes_watch_prints_each_change(lab: TestCluster) -> None:
+    """`kubectl get nodes --watch`: a Table LIST, then a Table WATCH from its resourceVersion."""
+    assert KUBECTL is not None
+    process = subprocess.Popen(
+        [KUBECTL, "--kubeconfig", str(lab.kubeconfig), "get", "nodes", "--watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"HOME": str(lab.kubeconfig.parent), "PATH": "/usr/bin:/bin"},
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in process.stdout or ():
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        first = [lines.get(timeout=30) for _ in range(4)]
+        assert first[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+        lab.label("lab-node-2", **{"example.com/watched": "yes"})
+        assert lines.get(timeout=30).split()[:2] == ["lab-node-2", "Ready"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_describe_node_shows_its_events(lab: TestCluster) -> None:
+    """kubectl lists core v1 events by the node's name and uid: an events.k8s.io Event
+    regarding the node (with its uid) shows in `describe` and in `get events`."""
+    uid = lab.node("lab-node-1")["metadata"]["uid"]
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": "described", "labels": {SEEDED: "true"}},
+        "eventTime": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "reportingController": "reconcile.io/watch",
+        "reportingInstance": "reconcile-watch-0",
+        "action": "Reconcile",
+        "reason": "LabelDrift",
+        "regarding": {"kind": "Node", "name": "lab-node-1", "uid": uid, "apiVersion": "v1"},
+        "note": "nvidia.com/gpu.count drifted",
+        "type": "Warning",
+    }
+    path = "/apis/events.k8s.io/v1/namespaces/default/events"
+    status, created = lab.raw("POST", path, event)
+    assert status == 201, created
+    try:
+        described = kubectl(lab, "describe", "node", "lab-node-1")
+        assert described.returncode == 0, described.stderr
+        events = described.stdout.split("Events:", 1)[1].split()
+        assert events[:3] == ["Type", "Reason", "Age"]
+        assert events[events.index("Warning") :][:2] == ["Warning", "LabelDrift"]
+        assert "reconcile.io/watch" in events
+        listed = kubectl(lab, "get", "events", "-n", "default")
+        assert listed.returncode == 0, listed.stderr
+        header, *rows = listed.stdout.splitlines()
+        assert header.split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+        assert any(row.split()[1:4] == ["Warning", "LabelDrift", "node/lab-node-1"] for row in rows)
+    finally:
+        lab.raw("DELETE", f"{path}/described")

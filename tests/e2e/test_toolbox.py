@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -22,7 +23,7 @@ from reconcile.kube.client import Cluster
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.server import RequestRecord
 from tests.conftest import ClusterFactory
-from tests.support import REPO, CliResult, TestCluster, lab_objects, run_cli
+from tests.support import REPO, CliResult, TestCluster, lab_objects, run_cli, wait_for
 
 NODE_0 = "desired/nodes/lab-node-0.yaml"
 
@@ -247,10 +248,50 @@ class _Checked:
     def run(
         self, cluster: TestCluster, work: Path, *args: str, also: Iterable[Grant] = ()
     ) -> CliResult:
-        grants = _rbac(work) | set(also)
         assert cluster.sandbox is not None
         cluster.sandbox.clear_requests()
         result = run_cli(*args, cwd=work, kubeconfig=cluster.kubeconfig)
+        self.check(cluster, work, args, also)
+        return result
+
+    def watch(self, cluster: TestCluster, work: Path) -> None:
+        """`watch --correct --leader-elect` as deployed, until it corrected a drift and
+        recorded it, then SIGTERM (it releases the Lease)."""
+        assert cluster.sandbox is not None
+        cluster.label("lab-node-1", **{"nvidia.com/gpu.count": "9"})
+        cluster.sandbox.clear_requests()
+        args = ("watch", "--correct", "--leader-elect", "--metrics-address", "127.0.0.1:0")
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "HOME": str(work)}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "reconcile", *args],
+            cwd=work,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for(
+                lambda: any(
+                    r.resource == "events" and r.verb == "create" for r in cluster.sandbox.requests
+                ),
+                what="the correction's Event",
+                timeout=30,
+            )
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=30)
+            assert process.returncode == 0, err
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        self.check(cluster, work, args, ())
+
+    def check(
+        self, cluster: TestCluster, work: Path, args: Iterable[str], also: Iterable[Grant]
+    ) -> None:
+        assert cluster.sandbox is not None
+        grants = _rbac(work) | set(also)
         asked = [
             a
             for record in cluster.sandbox.requests
@@ -260,7 +301,6 @@ class _Checked:
         denied = sorted({a for a in asked if not any(_allows(g, a) for g in grants)})
         assert denied == [], f"`reconcile {' '.join(args)}`: calls the roles do not allow"
         self.asked.update(asked)
-        return result
 
 
 def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) -> set[Asked]:
@@ -280,6 +320,9 @@ def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) 
         ["import", "--dry-run"],
     ):
         checked.run(lab, work, *args)
+    # the Deployment's watch: the Lease in the service account's namespace, an Event
+    lab.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "reconcile-system"}})
+    checked.watch(lab, work)
     # an object in a namespace that exists but desired/ does not create
     (work / "desired" / "workloads" / "extra.yaml").write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: extra, namespace: default}\nspec:\n  containers: [{name: c, image: busybox}]\n"
@@ -324,7 +367,7 @@ def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) 
         "application/merge-patch+json",
     )
     assert status == 200
-    result = checked.run(driver, driver_work, "upgrade", "lab-node-2", "--driver", "550.90.07")
+    result = checked.run(driver, driver_work, "upgrade", "lab-node-2", "--driver", "550.127.05")
     assert result.code == 0, result.stderr
     return checked.asked
 

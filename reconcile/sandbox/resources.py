@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from reconcile.sandbox import events
+
 # Verbs the sandbox implements (no `deletecollection`: refused with 405).
 VERBS: Final = ("create", "delete", "get", "list", "patch", "update", "watch")
 READ_ONLY: Final = ("get", "list", "watch")
@@ -104,34 +106,6 @@ def _r(
     )
 
 
-# Upstream's selectable fields of an Event: core v1 names, and events.k8s.io/v1 ones.
-_CORE_EVENT_FIELDS = (
-    "involvedObject.kind",
-    "involvedObject.namespace",
-    "involvedObject.name",
-    "involvedObject.uid",
-    "involvedObject.apiVersion",
-    "involvedObject.resourceVersion",
-    "involvedObject.fieldPath",
-    "reason",
-    "reportingComponent",
-    "source",
-    "type",
-)
-_V1_EVENT_FIELDS = (
-    "regarding.kind",
-    "regarding.namespace",
-    "regarding.name",
-    "regarding.uid",
-    "regarding.apiVersion",
-    "regarding.resourceVersion",
-    "regarding.fieldPath",
-    "reason",
-    "reportingController",
-    "type",
-)
-
-
 _ALL = ("all",)
 RESOURCES: Final[tuple[Resource, ...]] = (
     _r(
@@ -197,7 +171,7 @@ RESOURCES: Final[tuple[Resource, ...]] = (
         "Event",
         True,
         "ev",
-        fields=_CORE_EVENT_FIELDS,
+        fields=events.CORE_FIELDS,
         generation=False,
         verbs=READ_ONLY,
         storage="events.k8s.io/events",
@@ -255,7 +229,7 @@ RESOURCES: Final[tuple[Resource, ...]] = (
         "Event",
         True,
         "ev",
-        fields=_V1_EVENT_FIELDS,
+        fields=tuple(events.V1_FIELDS),
         generation=False,
         create_on_update=True,
         watch_cache=False,

@@ -257,7 +257,7 @@ class Watcher:
             elif isinstance(item, _Relist):
                 self.observer.restarted(item.reason)
                 self._relist_until_done(stop)
-            elif isinstance(item, _Replan):
+            elif isinstance(item, _Replan) and item.reason != "wake":
                 self._full_plan()
             now = self.clock()
             if now >= next_poll:
@@ -268,6 +268,10 @@ class Watcher:
             if now >= next_resync:
                 next_resync = now + self.request.resync
                 self._full_plan()
+
+    def wake(self) -> None:
+        """Have `run` look at its stop event now (not at its next tick)."""
+        self.events.put(_Replan("wake"))
 
     def replan_soon(self, reason: str) -> None:
         """Ask for a full plan (e.g. this replica has just become the leader)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Final
 
 import yaml
@@ -49,19 +50,22 @@ class _Unsure(Exception):
 
 
 class Positions(Mapping[str, Source]):
-    """label key -> where it is written, found in the file's text only when asked for
-    (a diagnostic about the node; most runs never ask)."""
+    """label key -> where it is written, found in the file only when asked for (a
+    diagnostic about the node; most runs never ask, and 10,000 files' text is not kept)."""
 
-    def __init__(self, file: str, text: str, keys: Iterable[str]) -> None:
+    def __init__(self, file: str, keys: Iterable[str]) -> None:
         self.file = file
-        self._text = text
         self._keys = tuple(keys)
         self._at: dict[str, tuple[int, int]] | None = None
 
     def _positions(self) -> dict[str, tuple[int, int]]:
         if self._at is None:
             self._at = {}
-            for number, line in enumerate(self._text.split("\n"), start=1):
+            try:  # the file as named (relative to the working directory, as read)
+                text = Path(self.file).read_text(encoding="utf-8")
+            except OSError:
+                text = ""
+            for number, line in enumerate(text.split("\n"), start=1):
                 if line.startswith("  ") and not line.startswith("   "):
                     self._at.setdefault(line[2:].partition(":")[0], (number, 3))
         return self._at
@@ -69,7 +73,7 @@ class Positions(Mapping[str, Source]):
     def __getitem__(self, key: str) -> Source:
         if key not in self._keys:
             raise KeyError(key)
-        line, column = self._positions()[key]
+        line, column = self._positions().get(key, (0, 0))
         return Source(self.file, line, column)
 
     def __iter__(self) -> Iterator[str]:
@@ -202,7 +206,7 @@ def _canonical(text: str, file: str) -> DesiredNode:
     at = found.start(3)
     line = text.count("\n", 0, at) + 1
     column = at - text.rfind("\n", 0, at)
-    return DesiredNode(node_name, labels, Source(file, line, column), Positions(file, text, labels))
+    return DesiredNode(node_name, labels, Source(file, line, column), Positions(file, labels))
 
 
 def node(text: str, file: str) -> DesiredNode | None:
@@ -312,7 +316,7 @@ def _node(text: str, file: str) -> DesiredNode:
         name,
         labels,
         Source(file, *name_at),
-        Positions(file, text, labels),
+        Positions(file, labels),
         optional=optional,
     )
 

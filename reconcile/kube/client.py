@@ -213,7 +213,7 @@ def node_from_json(item: dict[str, Any]) -> LiveNode:
     return LiveNode(
         name=metadata["name"],
         resource_version=str(metadata.get("resourceVersion", "")),
-        labels=dict(metadata.get("labels") or {}),
+        labels=metadata.get("labels") or {},  # freshly decoded: no copy needed
         annotations=dict(metadata.get("annotations") or {}),
         unschedulable=bool(spec.get("unschedulable", False)),
         taints=tuple(spec.get("taints") or ()),

@@ -203,6 +203,8 @@ def _canonical(text: str, file: str) -> DesiredNode:
         if value is _BAD or key in labels or not (keys[key] if key in keys else _label_key(key)):
             raise _Unsure
         labels[key] = value  # type: ignore[assignment]
+    if not labels:
+        raise _Unsure  # `labels:` with nothing under it is null: the full reader says so
     at = found.start(3)
     line = text.count("\n", 0, at) + 1
     column = at - text.rfind("\n", 0, at)
@@ -294,6 +296,7 @@ def _node(text: str, file: str) -> DesiredNode:
         section = None
         if head in ("metadata", "labels"):
             if value == "{}" and head == "labels":
+                top["labels"] = {}  # type: ignore[assignment]
                 continue
             if value:
                 raise _Unsure
@@ -302,8 +305,8 @@ def _node(text: str, file: str) -> DesiredNode:
         top[head] = _scalar(value)
     if top.get("apiVersion") != API_VERSION or top.get("kind") != NODE_FEATURES:
         raise _Unsure
-    if name is None:
-        raise _Unsure
+    if name is None or (top.get("labels") is None and not labels):
+        raise _Unsure  # a `labels:` with nothing under it is null: the full reader says so
     optional = top.get("optional", False)
     if not isinstance(optional, bool):
         raise _Unsure

@@ -271,13 +271,10 @@ def _node(text: str, file: str) -> DesiredNode:
         if key is not None:
             value = found.group("value") or ""
             if section == "labels":
-                label = _key(key)
-                if label in labels:
+                checked = _label_value(value)  # the same cached checks as the canonical path
+                if checked is _BAD or key in labels or not _label_key(key):
                     raise _Unsure
-                scalar = _scalar(value)
-                if isinstance(scalar, bool):
-                    raise _Unsure
-                labels[label] = scalar
+                labels[key] = checked  # type: ignore[assignment]
             elif section == "metadata" and key == "name" and name is None:
                 scalar = _scalar(value)
                 if not isinstance(scalar, str):
@@ -311,10 +308,6 @@ def _node(text: str, file: str) -> DesiredNode:
     if not isinstance(optional, bool):
         raise _Unsure
     _check_object_name(name)
-    for label, wanted in labels.items():
-        _checked_key(label)
-        if wanted is not None:
-            _checked_value(wanted)
     return DesiredNode(
         name,
         labels,

@@ -48,9 +48,9 @@ from reconcile.diagnostics import (
     TooManyRequests,
     without_userinfo,
 )
-from reconcile.kube import sensitive
+from reconcile.kube import sensitive, wire
 from reconcile.kube import validation as apivalidation
-from reconcile.kube.objects import FIELD_MANAGER, ApiResource, Lazy, LiveNode, NodeEvent
+from reconcile.kube.objects import FIELD_MANAGER, ApiResource, LiveNode, NodeEvent
 from reconcile.kube.validation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 
 PAGE_SIZE: Final = 500
@@ -193,41 +193,6 @@ def _describe_transport_error(error: urllib3.exceptions.HTTPError, request: _Req
     return f"{asked} to {request.server} failed: {type(reason).__name__}"
 
 
-def label_managers(metadata: dict[str, Any]) -> dict[str, str]:
-    """label key -> field manager that wrote it last, from metadata.managedFields."""
-    found: dict[str, tuple[str, str]] = {}
-    for entry in metadata.get("managedFields") or ():
-        labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
-        when = str(entry.get("time") or "")
-        for field in labels:
-            if field.startswith("f:"):
-                key = field[2:]
-                if key not in found or when >= found[key][1]:
-                    found[key] = (str(entry.get("manager") or ""), when)
-    return {key: manager for key, (manager, _) in found.items()}
-
-
-def node_from_json(item: dict[str, Any]) -> LiveNode:
-    metadata = item.get("metadata") or {}
-    spec = item.get("spec") or {}
-    return LiveNode(
-        name=metadata["name"],
-        resource_version=str(metadata.get("resourceVersion", "")),
-        labels=metadata.get("labels") or {},  # freshly decoded: no copy needed
-        annotations=dict(metadata.get("annotations") or {}),
-        unschedulable=bool(spec.get("unschedulable", False)),
-        taints=tuple(spec.get("taints") or ()),
-        # Only the managedFields are kept for it (not the rest of the node's JSON).
-        label_managers=Lazy(
-            functools.partial(label_managers, {"managedFields": metadata.get("managedFields")})
-        ),
-        ready=any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (item.get("status") or {}).get("conditions") or ()
-        ),
-    )
-
-
 class Cluster:
     """A connection to one API server, built from a kubeconfig or in-cluster credentials.
 
@@ -331,10 +296,11 @@ class Cluster:
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        decode: Callable[[bytes], Any] | None = None,
     ) -> Any:
         """One API request; the decoded JSON answer, or our exception for a failure."""
         return self.request_with_status(
-            method, path, query=query, body=body, content_type=content_type
+            method, path, query=query, body=body, content_type=content_type, decode=decode
         )[1]
 
     def request_with_status(
@@ -345,8 +311,10 @@ class Cluster:
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        decode: Callable[[bytes], Any] | None = None,
     ) -> tuple[int, Any]:
-        """One API request: the HTTP status and the decoded JSON answer."""
+        """One API request: the HTTP status and the decoded JSON answer (by `decode`, for
+        answers that are never Secrets and are read into their own shape: nodes)."""
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -368,6 +336,14 @@ class Cluster:
             response.read()
             if not 200 <= response.status <= 299:
                 raise ApiException.from_response(http_resp=response, body=None, data=None)
+            if decode is not None:
+                try:
+                    return response.status, decode(response.data or b"")
+                except ValueError as e:  # what msgspec says of a body not in the shape
+                    raise ReconcileError(
+                        f"{method} {path} to {self.server}: the answer is not what an API "
+                        f"server sends ({e})"
+                    ) from None
             answer = json.loads(response.data) if response.data else None
             self.redactor.learn(answer)
             return response.status, answer
@@ -485,17 +461,24 @@ class Cluster:
         self, *, label_selector: str | None = None, page_size: int = PAGE_SIZE
     ) -> list[LiveNode]:
         """Every node, one paginated LIST."""
-        items = self.list_all("/api/v1/nodes", page_size=page_size, labelSelector=label_selector)
-        return [node_from_json(item) for item in items]
+        return self.list_nodes_at(label_selector=label_selector, page_size=page_size)[0]
 
-    def list_nodes_at(self, *, page_size: int = PAGE_SIZE) -> tuple[list[LiveNode], str]:
-        """Every node, and the resourceVersion of the list: where a watch of them starts."""
+    def list_nodes_at(
+        self, *, label_selector: str | None = None, page_size: int = PAGE_SIZE
+    ) -> tuple[list[LiveNode], str]:
+        """Every node, and the resourceVersion of the list: where a watch of them starts.
+        Each page is decoded into the fields a plan reads (wire.py), the rest skipped."""
         nodes: list[LiveNode] = []
+        token: str | None = None
         version = ""
-        for page in self._pages("/api/v1/nodes", page_size=page_size):
-            nodes.extend(node_from_json(item) for item in page.get("items") or ())
-            version = str((page.get("metadata") or {}).get("resourceVersion") or version)
-        return nodes, version
+        while True:
+            query = {"labelSelector": label_selector, "limit": page_size, "continue": token}
+            page = self.request("GET", "/api/v1/nodes", query=query, decode=wire.node_page)
+            nodes.extend(page.nodes)
+            version = page.resource_version or version
+            token = page.continue_
+            if not token:
+                return nodes, version
 
     def watch_nodes(
         self, resource_version: str, *, timeout_seconds: int = 300
@@ -504,18 +487,23 @@ class Cluster:
         for event in self.watch(
             "/api/v1/nodes", resource_version=resource_version, timeout_seconds=timeout_seconds
         ):
-            node = None if event.type == "BOOKMARK" else node_from_json(event.object)
+            node = None if event.type == "BOOKMARK" else wire.node_from_json(event.object)
             yield NodeEvent(event.type, event.resource_version, node)
 
     def get_node(self, name: str) -> LiveNode:
-        return node_from_json(self.request("GET", f"/api/v1/nodes/{node_segment(name)}"))
+        return self.request(  # type: ignore[no-any-return]
+            "GET", f"/api/v1/nodes/{node_segment(name)}", decode=wire.node
+        )
 
     def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
         """A JSON merge patch (null deletes); a resourceVersion in it is a precondition."""
-        answer = self.request(
-            "PATCH", f"/api/v1/nodes/{node_segment(name)}", body=patch, content_type=MERGE_PATCH
+        return self.request(  # type: ignore[no-any-return]
+            "PATCH",
+            f"/api/v1/nodes/{node_segment(name)}",
+            body=patch,
+            content_type=MERGE_PATCH,
+            decode=wire.node,
         )
-        return node_from_json(answer)
 
     # --- any object ---------------------------------------------------------------------
 

@@ -1,0 +1,142 @@
+"""A node as the API server sends it, decoded straight into what reconcile reads of it.
+
+A Node's JSON is mostly what reconcile never looks at: the status (images, addresses,
+capacity, the kubelet's conditions) and the managedFields of every writer. At fleet scale
+decoding all of it into dicts costs more than the request, and the dicts then hold several
+times the memory of the JSON itself. msgspec decodes the JSON against the typed shape
+below, building Python objects only for the fields named in it and skipping the rest
+unbuilt: the labels, annotations, taints, readiness and resourceVersion a plan compares.
+
+Who wrote a label (managedFields) is needed only for the lines of a plan: of each entry
+that touches labels, the raw JSON of its `f:labels` is kept, copied out of the page so the
+page's buffer is released, and decoded when a line asks (`LiveNode.label_managers`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Final
+
+import msgspec
+
+from reconcile.kube.objects import Lazy, LiveNode
+
+_NO_LABELS: Final = msgspec.Raw(b"")
+
+
+class _FieldsMetadata(msgspec.Struct):
+    labels: msgspec.Raw = msgspec.field(default=_NO_LABELS, name="f:labels")
+
+
+class _Fields(msgspec.Struct):
+    metadata: _FieldsMetadata = msgspec.field(default_factory=_FieldsMetadata, name="f:metadata")
+
+
+class _Managed(msgspec.Struct):
+    manager: str = ""
+    time: str = ""
+    fieldsV1: _Fields = msgspec.field(default_factory=_Fields)
+
+
+class _Metadata(msgspec.Struct):
+    name: str = ""
+    resourceVersion: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    managedFields: list[_Managed] | None = None
+
+
+class _Condition(msgspec.Struct):
+    type: str = ""
+    status: str = ""
+
+
+class _Status(msgspec.Struct):
+    conditions: list[_Condition] | None = None
+
+
+class _Spec(msgspec.Struct):
+    unschedulable: bool = False
+    taints: list[dict[str, Any]] | None = None
+
+
+class _Node(msgspec.Struct):
+    metadata: _Metadata = msgspec.field(default_factory=_Metadata)
+    spec: _Spec = msgspec.field(default_factory=_Spec)
+    status: _Status = msgspec.field(default_factory=_Status)
+
+
+class _ListMetadata(msgspec.Struct):
+    resourceVersion: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+
+
+class _NodeList(msgspec.Struct):
+    metadata: _ListMetadata = msgspec.field(default_factory=_ListMetadata)
+    items: list[_Node] | None = None
+
+
+_NODE: Final = msgspec.json.Decoder(_Node)
+_NODE_LIST: Final = msgspec.json.Decoder(_NodeList)
+_FIELDS: Final = msgspec.json.Decoder(dict[str, Any] | None)
+
+
+class NodePage(msgspec.Struct, frozen=True):
+    """One page of a LIST of nodes: its nodes, the token of the next page ("" after the
+    last) and the resourceVersion of the list."""
+
+    nodes: list[LiveNode]
+    continue_: str
+    resource_version: str
+
+
+def _label_managers(entries: list[tuple[str, str, msgspec.Raw]]) -> dict[str, str]:
+    """label key -> the field manager that wrote it last, from each writer's raw
+    `fieldsV1["f:metadata"]["f:labels"]`."""
+    found: dict[str, tuple[str, str]] = {}
+    for manager, when, raw in entries:
+        for field in _FIELDS.decode(raw) or ():
+            if field.startswith("f:"):
+                key = field[2:]
+                if key not in found or when >= found[key][1]:
+                    found[key] = (manager, when)
+    return {key: manager for key, (manager, _) in found.items()}
+
+
+def _live(node: _Node) -> LiveNode:
+    metadata = node.metadata
+    writers = [
+        (entry.manager, entry.time, entry.fieldsV1.metadata.labels.copy())
+        for entry in metadata.managedFields or ()
+        if entry.fieldsV1.metadata.labels is not _NO_LABELS
+    ]
+    return LiveNode(
+        name=metadata.name,
+        resource_version=metadata.resourceVersion,
+        labels=metadata.labels or {},
+        annotations=metadata.annotations or {},
+        unschedulable=node.spec.unschedulable,
+        taints=tuple(node.spec.taints or ()),
+        label_managers=Lazy(functools.partial(_label_managers, writers)),
+        ready=any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ()),
+    )
+
+
+def node(data: bytes) -> LiveNode:
+    """A Node's JSON (a GET, a PATCH's answer, a watch event's object)."""
+    return _live(_NODE.decode(data))
+
+
+def node_page(data: bytes) -> NodePage:
+    """A NodeList's JSON: one page of a LIST."""
+    page = _NODE_LIST.decode(data)
+    return NodePage(
+        [_live(item) for item in page.items or ()],
+        page.metadata.continue_,
+        page.metadata.resourceVersion,
+    )
+
+
+def node_from_json(item: dict[str, Any]) -> LiveNode:
+    """A Node already decoded into dicts (a watch event's object)."""
+    return node(msgspec.json.encode(item))

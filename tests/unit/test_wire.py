@@ -1,0 +1,117 @@
+"""A node's JSON as the API server sends it, read into what a plan compares."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from reconcile.kube import wire
+
+# A node as kube-apiserver v1.36 answers a LIST: two writers of labels (the later one
+# wins gpu.count), the kubelet's status writer, which touches no label.
+NODE: dict[str, Any] = {
+    "metadata": {
+        "name": "gpu-1",
+        "uid": "ed87c286-7e29-4e64-9e7a-fba8d668e468",
+        "resourceVersion": "10219",
+        "labels": {"nvidia.com/gpu.count": "8", "kubernetes.io/os": "linux"},
+        "annotations": {"reconcile.dev/managed-labels": "nvidia.com/gpu.count"},
+        "managedFields": [
+            {
+                "manager": "kubelet",
+                "operation": "Update",
+                "apiVersion": "v1",
+                "time": "2026-12-02T05:20:20Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {
+                    "f:metadata": {"f:labels": {".": {}, "f:kubernetes.io/os": {}}},
+                    "f:status": {"f:conditions": {".": {}}},
+                },
+            },
+            {
+                "manager": "gpu-feature-discovery",
+                "operation": "Update",
+                "time": "2026-12-02T05:20:28Z",
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:nvidia.com/gpu.count": {}}}},
+            },
+            {
+                "manager": "kubelet",
+                "operation": "Update",
+                "subresource": "status",
+                "time": "2026-12-02T05:21:00Z",
+                "fieldsV1": {"f:status": {"f:images": {}, "f:nodeInfo": {}}},
+            },
+        ],
+    },
+    "spec": {"taints": [{"key": "gpu", "value": "a100", "effect": "NoSchedule"}]},
+    "status": {
+        "conditions": [
+            {"type": "MemoryPressure", "status": "False"},
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+        ],
+        "images": [{"names": ["registry.example/driver:550"], "sizeBytes": 1}],
+    },
+}
+
+
+def test_a_node_is_read_into_what_the_plan_compares() -> None:
+    node = wire.node(json.dumps(NODE).encode())
+
+    assert node.name == "gpu-1"
+    assert node.resource_version == "10219"
+    assert node.labels == {"nvidia.com/gpu.count": "8", "kubernetes.io/os": "linux"}
+    assert node.annotations == {"reconcile.dev/managed-labels": "nvidia.com/gpu.count"}
+    assert node.taints == ({"key": "gpu", "value": "a100", "effect": "NoSchedule"},)
+    assert node.ready
+    assert not node.unschedulable
+
+
+def test_the_writer_of_each_label_comes_from_the_managed_fields() -> None:
+    node = wire.node(json.dumps(NODE).encode())
+
+    assert dict(node.label_managers) == {
+        "kubernetes.io/os": "kubelet",
+        "nvidia.com/gpu.count": "gpu-feature-discovery",
+    }
+
+
+def test_a_page_of_a_list_carries_its_continue_token_and_version() -> None:
+    second = json.loads(json.dumps(NODE))
+    second["metadata"].update(name="gpu-2", managedFields=None)
+    second["status"] = {"conditions": [{"type": "Ready", "status": "Unknown"}]}
+    second["spec"] = {"unschedulable": True}
+    body = {
+        "kind": "NodeList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": "10300", "continue": "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"},
+        "items": [NODE, second],
+    }
+
+    page = wire.node_page(json.dumps(body).encode())
+
+    assert [n.name for n in page.nodes] == ["gpu-1", "gpu-2"]
+    assert page.continue_ == "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"
+    assert page.resource_version == "10300"
+    assert not page.nodes[1].ready and page.nodes[1].unschedulable
+    assert dict(page.nodes[1].label_managers) == {}
+
+
+def test_the_last_page_has_no_token_and_an_empty_list_no_items() -> None:
+    page = wire.node_page(b'{"kind":"NodeList","metadata":{"resourceVersion":"7"},"items":null}')
+
+    assert (page.nodes, page.continue_, page.resource_version) == ([], "", "7")
+
+
+def test_the_dict_form_of_a_watch_event_reads_the_same() -> None:
+    assert wire.node_from_json(NODE) == wire.node(json.dumps(NODE).encode())
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b'{"items": {"a": 1}}', b'{"items": [{"metadata": {"labels": {"a": 1}}}]}'],
+)
+def test_an_answer_not_in_the_shape_of_a_node_list_is_a_value_error(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        wire.node_page(body)

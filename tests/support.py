@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 from kubernetes import client, config
@@ -397,6 +397,17 @@ def wait_for(condition: Any, *, what: str, timeout: float = 60.0) -> None:
 
 
 # The label of what the harness creates in the namespaces every cluster has.
+# What `plan` and `apply` ask while they read desired/ (the read ahead: which cluster it
+# is, every node). A tree found invalid stops them there: nothing else is asked, nothing
+# is written.
+READ_AHEAD: Final = frozenset({("get", "namespaces"), ("list", "nodes")})
+
+
+def asked_beyond_read_ahead(requests: Iterable[Any]) -> list[str]:
+    """The requests that are not the read ahead's (each `VERB resource`)."""
+    return [f"{r.verb} {r.resource}" for r in requests if (r.verb, r.resource) not in READ_AHEAD]
+
+
 SEEDED = "reconcile.test/seeded"
 # What a fresh cluster has: everything else a test made goes in `reset`.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-node-lease", "kube-public", "kube-system"})

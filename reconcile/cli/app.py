@@ -72,6 +72,38 @@ class Globals:
         self.connected.append(cluster)
         return cluster
 
+    def connect_later(self, timeout: float | None = None) -> Callable[[], Cluster]:
+        """`connect`, when the caller gets that far."""
+        return functools.partial(self.connect, timeout)
+
+
+@contextmanager
+def reading_ahead(g: Globals, timeout: float | None) -> Iterator[Callable[[], Cluster]]:
+    """The kubeconfig's cluster, what every plan reads first (its identity, every node)
+    already being read while the caller reads desired/: at fleet scale the LIST is most of
+    a plan, and the API server answers it while desired/ is parsed. Only reads go out
+    before desired/ is known to be valid; when the caller stops early (an invalid tree),
+    the reads stop too. A kubeconfig problem is raised when the cluster is asked for, so
+    desired/'s own problems come first, as ever. A fleet connects to each cluster later."""
+    if (g.desired / "clusters.yaml").is_file():
+        yield g.connect_later(timeout)
+        return
+    try:
+        cluster = g.connect(timeout)
+    except ReconcileError as e:
+        problem = e
+
+        def refused() -> Cluster:
+            raise problem
+
+        yield refused
+        return
+    cluster.read_ahead()
+    try:
+        yield lambda: cluster
+    finally:
+        cluster.stop_reading_ahead()
+
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -253,7 +285,7 @@ def errors_to_exit_codes() -> Iterator[None]:
         from reconcile.cli.views import render_diagnostics
 
         render_diagnostics(e.diagnostics, stderr())
-        fail(f"{e}: nothing was sent to the cluster")
+        fail(f"{e}: nothing was changed in the cluster")
     except ReconcileError as e:
         fail(str(e))
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,6 +28,7 @@ from reconcile.cli.app import (
     main,
     outputs,
     progress_bar,
+    reading_ahead,
     stderr,
     stdout,
     stoppable,
@@ -195,7 +197,7 @@ def plan(
 
     if out_file is not None:
         _check_writable(out_file)
-    with errors_to_exit_codes():
+    with errors_to_exit_codes(), reading_ahead(g, timeout) as connected:
         fleet, targets = load_targets(g, clusters)
         request = _plan_request(
             targets[0].state,
@@ -218,8 +220,7 @@ def plan(
                     show_owner=show_owner,
                 )
             )
-        cluster = g.connect(timeout)
-        the_plan = gpu_plan(cluster, request)
+        the_plan = gpu_plan(connected(), request)
         if out_file is not None:
             try:
                 the_plan.save(out_file)
@@ -287,7 +288,11 @@ def apply(
         recreate=recreate,
         allow_missing_nodes=allow_missing_nodes,
     )
-    with errors_to_exit_codes():
+    # A saved plan is checked offline before anything is sent; a fresh one reads ahead.
+    ahead = (
+        reading_ahead(g, timeout) if plan_file is None else nullcontext(g.connect_later(timeout))
+    )
+    with errors_to_exit_codes(), ahead as connected:
         if (g.desired / "clusters.yaml").is_file():
             _apply_fleet(g, plan_file, planning, clusters, timeout, parallel, allow_missing_image)
         if plan_file is not None:
@@ -297,10 +302,10 @@ def apply(
                     "--force-conflicts and --allow-missing-nodes are decided when planning: use "
                     "`reconcile plan ... --out FILE`"
                 )
-            state, cluster, request = _saved_request(g, plan_file, timeout)
+            state, cluster, request = _saved_request(g, plan_file, connected)
         else:
             state = load_or_fail(g)
-            cluster = g.connect(timeout)
+            cluster = connected()
             request = operations.ApplyRequest(
                 gpu_plan(cluster, dataclasses.replace(planning, desired=state)),
                 desired=state,
@@ -326,7 +331,7 @@ def apply(
 
 
 def _saved_request(
-    g: Globals, plan_file: Path, timeout: float
+    g: Globals, plan_file: Path, connected: Callable[[], Cluster]
 ) -> tuple[DesiredState | None, Cluster, ApplyRequest]:
     """A saved plan, checked offline, then against the cluster, ready to apply."""
     from reconcile.engine import operations
@@ -339,7 +344,7 @@ def _saved_request(
             "apply it from the checkout it was made from",
             g.desired,
         )
-    cluster = g.connect(timeout)
+    cluster = connected()
     operations.verify_saved(saved, cluster)
     return (
         state,

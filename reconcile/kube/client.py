@@ -23,6 +23,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -218,6 +219,7 @@ class Cluster:
         self._lock = threading.Lock()
         # Every Secret value sent or received, to strike out of the server's messages.
         self.redactor = sensitive.Redactor()
+        self._ahead: _ReadAhead | None = None
 
     @classmethod
     def connect(
@@ -280,8 +282,26 @@ class Cluster:
     def identity(self) -> tuple[str, str]:
         """(API server URL, UID of the kube-system namespace): which cluster this is. The
         URL can differ between a laptop and a pod; the namespace UID is the cluster's own."""
+        if self._ahead is not None and (read := self._ahead.take("identity")) is not None:
+            return read.result()  # type: ignore[no-any-return]
+        return self._read_identity()
+
+    def _read_identity(self) -> tuple[str, str]:
         kube_system = self.request("GET", "/api/v1/namespaces/kube-system")
         return self.server, str((kube_system.get("metadata") or {}).get("uid") or "")
+
+    def read_ahead(self) -> None:
+        """Start reading what every plan reads first, the cluster's identity and every
+        node, on a thread of its own while the caller reads desired/: the next
+        `identity()` and `list_nodes()` take what it read instead of asking again. It
+        only reads; `stop_reading_ahead()` ends it between two pages."""
+        self._ahead = _ReadAhead(self)
+
+    def stop_reading_ahead(self) -> None:
+        """Stop the read ahead (after the request in flight) and forget what it read."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.stop()
 
     def close(self) -> None:
         self.api_client.close()
@@ -315,7 +335,7 @@ class Cluster:
     ) -> tuple[int, Any]:
         """One API request: the HTTP status and the decoded JSON answer (by `decode`, for
         answers that are never Secrets and are read into their own shape: nodes)."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "Accept-Encoding": "gzip"}
         if body is not None:
             headers["Content-Type"] = content_type
             self.redactor.learn(body)
@@ -460,18 +480,29 @@ class Cluster:
     def list_nodes(
         self, *, label_selector: str | None = None, page_size: int = PAGE_SIZE
     ) -> list[LiveNode]:
-        """Every node, one paginated LIST."""
+        """Every node, one paginated LIST (or what `read_ahead` read of them)."""
+        if label_selector is None and self._ahead is not None:
+            read = self._ahead.take("nodes")
+            if read is not None:
+                return read.result()  # type: ignore[no-any-return]
         return self.list_nodes_at(label_selector=label_selector, page_size=page_size)[0]
 
     def list_nodes_at(
-        self, *, label_selector: str | None = None, page_size: int = PAGE_SIZE
+        self,
+        *,
+        label_selector: str | None = None,
+        page_size: int = PAGE_SIZE,
+        stop: threading.Event | None = None,
     ) -> tuple[list[LiveNode], str]:
         """Every node, and the resourceVersion of the list: where a watch of them starts.
-        Each page is decoded into the fields a plan reads (wire.py), the rest skipped."""
+        Each page is decoded into the fields a plan reads (wire.py), the rest skipped.
+        `stop` set ends it before the next page (ReadStopped)."""
         nodes: list[LiveNode] = []
         token: str | None = None
         version = ""
         while True:
+            if stop is not None and stop.is_set():
+                raise ReadStopped("the read of the nodes was stopped")
             query = {"labelSelector": label_selector, "limit": page_size, "continue": token}
             page = self.request("GET", "/api/v1/nodes", query=query, decode=wire.node_page)
             nodes.extend(page.nodes)
@@ -631,6 +662,48 @@ class Cluster:
         except NotFound:
             return False
         return True
+
+
+class ReadStopped(ReconcileError):
+    """A read ahead was stopped before it finished (its caller needs it no more)."""
+
+
+class _ReadAhead:
+    """The reads a plan makes first, made on a thread of their own: the cluster's
+    identity, then every node. Each is taken once; after that the cluster asks again."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._stop = threading.Event()
+        self._reads: dict[str, Future[Any]] = {"identity": Future(), "nodes": Future()}
+        self._lock = threading.Lock()
+
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("identity", cluster._read_identity),
+            ("nodes", lambda: cluster.list_nodes_at(stop=self._stop)[0]),
+        ]
+        self._thread = threading.Thread(
+            target=self._run, args=(steps,), name="reconcile-read-ahead", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, steps: list[tuple[str, Callable[[], Any]]]) -> None:
+        for name, read in steps:
+            future = self._reads[name]
+            try:
+                if self._stop.is_set():
+                    raise ReadStopped(f"the read of {name} was stopped")
+                future.set_result(read())
+            except BaseException as e:  # the taker sees it, as if it had asked itself
+                future.set_exception(e)
+
+    def take(self, name: str) -> Future[Any] | None:
+        """The read of `name`, once (None when it was taken already)."""
+        with self._lock:
+            return self._reads.pop(name, None)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 @dataclass(frozen=True)

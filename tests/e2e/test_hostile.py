@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from reconcile.sandbox.resources import resource_for
-from tests.support import TestCluster, markdown_html, markdown_table_rows, run_cli
+from tests.support import (
+    TestCluster,
+    asked_beyond_read_ahead,
+    markdown_html,
+    markdown_table_rows,
+    run_cli,
+)
 
 NODE_RULE = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters"
 SECRET = "hostile-test-secret-3f9a1c"
@@ -124,9 +130,9 @@ def test_bad_desired_input_is_exit_2_with_one_error_and_no_request(
     breaks, diagnostic = DESIRED_CORPUS[case]
     breaks(workdir / "desired", tmp_path)
     before = sorted((p, p.lstat().st_mtime_ns) for p in (workdir / "desired").rglob("*"))
-    sandbox_only.sandbox.clear_requests()
 
     for name, args in READS_DESIRED.items():
+        sandbox_only.sandbox.clear_requests()
         result = run_cli(*args, cwd=workdir, kubeconfig=sandbox_only.kubeconfig)
 
         assert result.code == 2, (name, result)
@@ -139,10 +145,12 @@ def test_bad_desired_input_is_exit_2_with_one_error_and_no_request(
             assert len(lines) == 1, lines
         else:
             assert error_lines(result.stderr) == [
-                "error: 1 error(s): nothing was sent to the cluster"
+                "error: 1 error(s): nothing was changed in the cluster"
             ], (name, lines)
-
-    assert sandbox_only.sandbox.requests == []
+        if name in ("plan", "apply"):  # the nodes were being read meanwhile, nothing else
+            assert asked_beyond_read_ahead(sandbox_only.sandbox.requests) == [], name
+        else:
+            assert sandbox_only.sandbox.requests == [], name
     assert sorted((p, p.lstat().st_mtime_ns) for p in (workdir / "desired").rglob("*")) == before
     assert not (tmp_path / "written-outside.yaml").exists()
 

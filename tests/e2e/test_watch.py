@@ -393,7 +393,7 @@ def test_watch_refuses_an_invalid_tree_at_start(lab: TestCluster, workdir: Path)
     )
     assert result.code == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        "error: 1 error(s): nothing was sent to the cluster"
+        "error: 1 error(s): nothing was changed in the cluster"
     )
     assert "lab-node-0.yaml" in result.stderr
     assert snapshot(lab) == before

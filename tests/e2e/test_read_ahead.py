@@ -1,0 +1,128 @@
+"""plan and apply read the nodes while they read desired/: once, and only reads.
+
+At fleet scale the LIST of the nodes is most of a plan, and the API server answers it
+while desired/ is parsed. What that may never change: a tree found invalid stops the
+read and nothing else is asked or written; its problems are what the user is told, even
+when the kubeconfig is broken too (a broken one alone is named: test_hostile.py); each
+node is read once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from reconcile.sandbox import FaultInjector, Sandbox
+from reconcile.sandbox.errors import ApiStatus
+from reconcile.sandbox.server import Route
+from tests.support import asked_beyond_read_ahead, copy_desired, lab_objects, run_cli
+
+PAGE = 500
+
+
+class SlowNodePages(FaultInjector):
+    """Each page of a LIST of the nodes answered after `delay`: a server far away."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.pages = 0
+        self._lock = threading.Lock()
+
+    def before(self, method: str, route: Route | None) -> ApiStatus | str | None:
+        if method == "GET" and route and route.resource.plural == "nodes" and not route.name:
+            with self._lock:
+                self.pages += 1
+            time.sleep(self.delay)
+        return None
+
+
+def _many_nodes(count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"gpu-{i:04d}", "labels": {"nvidia.com/gpu.present": "true"}},
+        }
+        for i in range(count)
+    ]
+
+
+def _labels(sandbox: Sandbox) -> dict[str, dict[str, str]]:
+    return {n["metadata"]["name"]: n["metadata"]["labels"] for n in sandbox.objects("nodes")}
+
+
+def _work(tmp_path: Path) -> Path:
+    """A directory holding a private copy of the lab's desired/."""
+    copy_desired(tmp_path / "work")
+    return tmp_path / "work"
+
+
+def _break(work: Path) -> None:
+    node = work / "desired" / "nodes" / "lab-node-1.yaml"
+    node.write_text(
+        node.read_text().replace('nvidia.com/gpu.count: "2"', "nvidia.com/gpu.count: 2")
+    )
+
+
+def test_an_invalid_tree_stops_the_read_of_the_nodes_and_asks_nothing_else(
+    tmp_path: Path,
+) -> None:
+    work = _work(tmp_path)
+    _break(work)
+    slow = SlowNodePages(0.3)
+    # Four pages of nodes; the tree is found invalid long before the first page is in.
+    objects = lab_objects("lab") + _many_nodes(3 * PAGE + 10)
+    with Sandbox(objects, faults=slow) as sandbox:
+        kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
+        before = _labels(sandbox)
+
+        for command in ("plan", "apply"):
+            sandbox.clear_requests()
+            result = run_cli(command, cwd=work, kubeconfig=kubeconfig)
+
+            assert result.code == 2, result
+            assert result.stdout == ""
+            assert result.stderr.startswith("desired/nodes/lab-node-1.yaml:")
+            assert result.stderr.endswith("error: 1 error(s): nothing was changed in the cluster\n")
+            assert asked_beyond_read_ahead(sandbox.requests) == [], command
+            pages = [r for r in sandbox.requests if r.resource == "nodes"]
+            assert len(pages) <= 1, pages  # stopped after the page in flight
+            assert all("continue=" not in r.query for r in pages), pages
+        assert _labels(sandbox) == before
+
+
+def test_a_plan_asks_for_the_cluster_and_each_page_of_nodes_once(tmp_path: Path) -> None:
+    work = _work(tmp_path)
+    with Sandbox(
+        lab_objects("lab") + _many_nodes(PAGE + 10), faults=SlowNodePages(0.05)
+    ) as sandbox:
+        kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
+        sandbox.clear_requests()
+
+        result = run_cli("plan", cwd=work, kubeconfig=kubeconfig)
+
+        assert (result.code, result.stdout) == (1, "lab-node-1 nvidia.com/gpu.count 2\n")
+        pages = [r for r in sandbox.requests if (r.verb, r.resource) == ("list", "nodes")]
+        assert ["continue=" in r.query for r in pages] == [False, True]
+        kube_system = [r for r in sandbox.requests if r.path == "/api/v1/namespaces/kube-system"]
+        assert len(kube_system) == 1
+
+
+def test_a_broken_kubeconfig_and_an_invalid_tree_name_the_tree(tmp_path: Path) -> None:
+    work = _work(tmp_path)
+    _break(work)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nclusters: [\n")
+
+    for command in ("plan", "apply"):
+        result = run_cli(command, "--kubeconfig", str(kubeconfig), cwd=work)
+
+        assert result.code == 2
+        assert result.stdout == ""
+        lines = result.stderr.splitlines()
+        assert lines[0].startswith("desired/nodes/lab-node-1.yaml:")
+        assert [line for line in lines if line.startswith("error:")] == [
+            "error: 1 error(s): nothing was changed in the cluster"
+        ]

@@ -17,7 +17,7 @@ reader then reads that file and reports what is wrong, with the same messages as
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -53,9 +53,9 @@ class Positions(Mapping[str, Source]):
     """label key -> where it is written, found in the file only when asked for (a
     diagnostic about the node; most runs never ask, and 10,000 files' text is not kept)."""
 
-    def __init__(self, file: str, keys: Iterable[str]) -> None:
+    def __init__(self, file: str, keys: Collection[str]) -> None:
         self.file = file
-        self._keys = tuple(keys)
+        self._keys = keys  # the node's labels themselves: nothing copied per file
         self._at: dict[str, tuple[int, int]] | None = None
 
     def _positions(self) -> dict[str, tuple[int, int]]:
@@ -149,22 +149,24 @@ _CANONICAL: Final = re.compile(
 )
 _PAIR: Final = re.compile(rf"\n  ({_KEY}):(?:[ ]+{_TOKEN})?")
 _BAD: Final = object()
-# token or key -> what it reads as, when valid: labels repeat across a fleet's files.
-_label_keys: dict[str, bool] = {}
+# key -> the one string every file's node holds for it (None: not a valid key); token ->
+# the value it reads as, when valid. Labels repeat across a fleet's files: checked once,
+# and held once in memory however many nodes carry them.
+_label_keys: dict[str, str | None] = {}
 _label_values: dict[str, object] = {}
 
 
-def _label_key(key: str) -> bool:
-    ok = _label_keys.get(key)
-    if ok is None:
-        try:
-            _checked_key(_key(key))
-            ok = True
-        except Exception:
-            ok = False
-        if len(_label_keys) < 100_000:
-            _label_keys[key] = ok
-    return ok
+def _label_key(key: str) -> str | None:
+    if key in _label_keys:
+        return _label_keys[key]
+    try:
+        _checked_key(_key(key))
+        shared: str | None = key
+    except Exception:
+        shared = None
+    if len(_label_keys) < 100_000:
+        _label_keys[key] = shared
+    return shared
 
 
 def _label_value(token: str) -> object:
@@ -200,9 +202,10 @@ def _canonical(text: str, file: str) -> DesiredNode:
     values, keys = _label_values, _label_keys  # inlined lookups: this loop runs 200,000 times
     for key, token in _PAIR.findall("\n" + found.group("labels")):
         value = values[token] if token in values else _label_value(token)
-        if value is _BAD or key in labels or not (keys[key] if key in keys else _label_key(key)):
+        shared = keys[key] if key in keys else _label_key(key)
+        if value is _BAD or shared is None or shared in labels:
             raise _Unsure
-        labels[key] = value  # type: ignore[assignment]
+        labels[shared] = value  # type: ignore[assignment]
     if not labels:
         raise _Unsure  # `labels:` with nothing under it is null: the full reader says so
     at = found.start(3)
@@ -272,9 +275,10 @@ def _node(text: str, file: str) -> DesiredNode:
             value = found.group("value") or ""
             if section == "labels":
                 checked = _label_value(value)  # the same cached checks as the canonical path
-                if checked is _BAD or key in labels or not _label_key(key):
+                shared = _label_key(key)
+                if checked is _BAD or shared is None or shared in labels:
                     raise _Unsure
-                labels[key] = checked  # type: ignore[assignment]
+                labels[shared] = checked  # type: ignore[assignment]
             elif section == "metadata" and key == "name" and name is None:
                 scalar = _scalar(value)
                 if not isinstance(scalar, str):
@@ -339,16 +343,20 @@ def env_node(
 ) -> DesiredNode | None:
     """A `.env` node file's node when its name, keys and values are all valid, else None
     (the full reader reports what is wrong)."""
+    labels: dict[str, str | None] = {}
     try:
         _check_object_name(name)
         for key, value in values.items():
-            if not (_label_keys[key] if key in _label_keys else _label_key(key)):
+            shared = _label_keys[key] if key in _label_keys else _label_key(key)
+            if shared is None:
                 return None
             checked = _label_values.get(f'"{value}"', _BAD) if '"' not in value else _BAD
             if checked is _BAD:
                 _checked_value(value)
+                checked = value
                 if len(_label_values) < 100_000 and '"' not in value and "\\" not in value:
                     _label_values[f'"{value}"'] = value
+            labels[shared] = checked  # type: ignore[assignment]
     except Exception:
         return None
-    return DesiredNode(name, dict(values), Source(file, 1, 1), Lines(file, lines))
+    return DesiredNode(name, labels, Source(file, 1, 1), Lines(file, lines))

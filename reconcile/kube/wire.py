@@ -9,7 +9,8 @@ unbuilt: the labels, annotations, taints, readiness and resourceVersion a plan c
 
 Who wrote a label (managedFields) is needed only for the lines of a plan: of each entry
 that touches labels, the raw JSON of its `f:labels` is kept, copied out of the page so the
-page's buffer is released, and decoded when a line asks (`LiveNode.label_managers`).
+page's buffer is released (once for every node with the same set), and decoded when a
+line asks (`LiveNode.label_managers`).
 """
 
 from __future__ import annotations
@@ -90,7 +91,34 @@ class NodePage(msgspec.Struct, frozen=True):
     resource_version: str
 
 
-def _label_managers(entries: list[tuple[str, str, msgspec.Raw]]) -> dict[str, str]:
+# One string object for each label key and value, and one copy of each writer's label
+# set (f:labels lists keys, not values: a pool's nodes share it), however many nodes
+# carry them. msgspec shares short keys only; a fleet's labels repeat across nodes.
+_strings: dict[str, str] = {}
+_fields: dict[bytes, bytes] = {}
+_SHARED_AT_MOST: Final = 200_000
+
+
+def _shared(text: str) -> str:
+    found = _strings.get(text)
+    if found is None:
+        if len(_strings) >= _SHARED_AT_MOST:
+            return text
+        found = _strings[text] = text
+    return found
+
+
+def _shared_fields(raw: msgspec.Raw) -> bytes:
+    data = bytes(raw)
+    found = _fields.get(data)
+    if found is None:
+        if len(_fields) >= _SHARED_AT_MOST:
+            return data
+        found = _fields[data] = data
+    return found
+
+
+def _label_managers(entries: list[tuple[str, str, bytes]]) -> dict[str, str]:
     """label key -> the field manager that wrote it last, from each writer's raw
     `fieldsV1["f:metadata"]["f:labels"]`."""
     found: dict[str, tuple[str, str]] = {}
@@ -106,14 +134,15 @@ def _label_managers(entries: list[tuple[str, str, msgspec.Raw]]) -> dict[str, st
 def _live(node: _Node) -> LiveNode:
     metadata = node.metadata
     writers = [
-        (entry.manager, entry.time, entry.fieldsV1.metadata.labels.copy())
+        (_shared(entry.manager), entry.time, _shared_fields(entry.fieldsV1.metadata.labels))
         for entry in metadata.managedFields or ()
         if entry.fieldsV1.metadata.labels is not _NO_LABELS
     ]
+    shared = _shared
     return LiveNode(
         name=metadata.name,
         resource_version=metadata.resourceVersion,
-        labels=metadata.labels or {},
+        labels={shared(k): shared(v) for k, v in (metadata.labels or {}).items()},
         annotations=metadata.annotations or {},
         unschedulable=node.spec.unschedulable,
         taints=tuple(node.spec.taints or ()),

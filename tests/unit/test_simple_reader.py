@@ -82,3 +82,25 @@ def test_the_common_shape_is_read_fast_with_positions() -> None:
     assert node is not None
     assert str(node.source) == "desired/nodes/n1.yaml:4:9"
     assert dict(node.labels) == {"nvidia.com/gpu.count": "8", "example.com/k": "v1"}
+
+
+def test_labels_that_repeat_across_files_are_held_once() -> None:
+    text = (
+        "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata:\n  name: {name}\n"
+        'labels:\n  feature.node.kubernetes.io/kernel-version.full: "5.15.0-119-generic"\n'
+    )
+    first = simple.node(text.format(name="gpu-1"), "gpu-1.yaml")
+    second = simple.node(text.format(name="gpu-2"), "gpu-2.yaml")
+    env = simple.env_node(
+        "gpu-3",
+        {"feature.node.kubernetes.io/kernel-version.full": "5.15.0-119-generic"},
+        {"feature.node.kubernetes.io/kernel-version.full": 1},
+        "gpu-3.env",
+    )
+
+    assert first is not None and second is not None and env is not None
+    [(key_1, value_1)] = first.labels.items()
+    [(key_2, value_2)] = second.labels.items()
+    [(key_3, value_3)] = env.labels.items()
+    assert key_1 is key_2 is key_3
+    assert value_1 is value_2 is value_3

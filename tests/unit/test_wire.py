@@ -115,3 +115,30 @@ def test_the_dict_form_of_a_watch_event_reads_the_same() -> None:
 def test_an_answer_not_in_the_shape_of_a_node_list_is_a_value_error(body: bytes) -> None:
     with pytest.raises(ValueError):
         wire.node_page(body)
+
+
+def test_labels_that_repeat_across_nodes_are_held_once() -> None:
+    key = "feature.node.kubernetes.io/kernel-version.full"  # longer than msgspec shares
+    nodes = [
+        {
+            "metadata": {
+                "name": f"gpu-{i}",
+                "labels": {key: "5.15.0-119-generic"},
+                "managedFields": [
+                    {
+                        "manager": "nfd-master",
+                        "fieldsV1": {"f:metadata": {"f:labels": {f"f:{key}": {}}}},
+                    }
+                ],
+            }
+        }
+        for i in range(2)
+    ]
+    body = json.dumps({"metadata": {}, "items": nodes}).encode()
+
+    first, second = wire.node_page(body).nodes
+
+    [(key_1, value_1)] = first.labels.items()
+    [(key_2, value_2)] = second.labels.items()
+    assert key_1 is key_2 and value_1 is value_2
+    assert first.label_managers == second.label_managers == {key: "nfd-master"}

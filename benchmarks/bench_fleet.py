@@ -1,6 +1,7 @@
 """Fleet-scale figures, each as a ratio to its floor, measured in the same run:
 
-    python benchmarks/bench_fleet.py [--sizes 1000,10000,50000] [--labels 20] [--drift 0.05]
+    python benchmarks/bench_fleet.py [--sizes 1000,10000,50000] [--real-sizes 1000,10000]
+                                     [--labels 20] [--drift 0.05]
 
 | figure | floor |
 | --- | --- |
@@ -9,10 +10,16 @@
 | `plan` of the fleet in sync | a Python process: paginated LIST with http.client and json |
 | pods read by the impact check (drifted nodes) | a paginated LIST of every pod with http.client |
 | `apply` PATCH rate at --parallel 8 | 8 threads of raw merge PATCHes with http.client |
-| peak RSS of `plan` | the bytes of JSON the server sent for the nodes |
+| peak RSS of `plan` above its imports | the bytes of JSON the server sent for the nodes |
 
-Every command runs as a user runs it (a process, best of three); the cluster is the
-embedded sandbox. Reports, never asserts: the numbers go into the README.
+Every command runs as a user runs it (a process, best of three). The cluster is the
+embedded sandbox for every size, and, for `--real-sizes`, the real Kubernetes v1.36
+control plane of ../shared/k8s as well (started and stopped here; its stand-in kubelet is
+stopped, since it re-reads every node through the client's typed models, and nodes are
+created by POST as a kubelet registers them). On the real server the request count is
+the one `plan -v` reports, and the PATCH rate is the drifted nodes over the time `apply`
+takes beyond a `plan` of the same state. Reports, never asserts: the numbers go into
+the README.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ import base64
 import http.client
 import json
 import os
+import re
+import shutil
 import ssl
 import subprocess
 import sys
@@ -29,6 +38,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
@@ -39,6 +49,7 @@ LABELS_PER_NODE = 20
 PODS_PER_NODE = 5
 POOLS = 5
 RUNS = 3
+CONTROL_PLANE = Path(__file__).resolve().parents[2] / "shared" / "k8s" / "cluster"
 
 
 def node_labels(index: int, count: int) -> dict[str, str]:
@@ -124,22 +135,17 @@ def write_groups(root: Path, labels: int) -> None:
 # --- processes --------------------------------------------------------------------------
 
 
-def timed(command: list[str], cwd: Path, runs: int = RUNS) -> tuple[float, int, str]:
-    """Best wall time of `runs`, the peak RSS (KiB) of that run's process, its stdout."""
-    best: tuple[float, int, str] | None = None
+def timed(command: list[str], cwd: Path, runs: int = RUNS) -> tuple[float, str, str]:
+    """Best wall time of `runs`, and that run's stdout and stderr."""
+    best: tuple[float, str, str] | None = None
     for _ in range(runs):
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            started = time.perf_counter()
-            process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=err, text=True)
-            _, status, usage = os.wait4(process.pid, 0)
-            elapsed = time.perf_counter() - started
-            process.returncode = os.waitstatus_to_exitcode(status)
-            out.seek(0)
-            err.seek(0)
-            if process.returncode not in (0, 1):
-                raise SystemExit(f"{' '.join(command)} failed: {err.read().strip()}")
-            if best is None or elapsed < best[0]:
-                best = (elapsed, usage.ru_maxrss, out.read())
+        started = time.perf_counter()
+        done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+        elapsed = time.perf_counter() - started
+        if done.returncode not in (0, 1):
+            raise SystemExit(f"{' '.join(command)} failed: {done.stderr.strip()}")
+        if best is None or elapsed < best[0]:
+            best = (elapsed, done.stdout, done.stderr)
     assert best is not None
     return best
 
@@ -158,22 +164,26 @@ sys.exit(os.waitstatus_to_exitcode(status))
 
 
 def peak_rss(command: list[str], cwd: Path) -> int:
-    """The peak RSS (KiB) of one run of `command`."""
-    done = subprocess.run(
-        [sys.executable, "-c", PEAK_RSS, *command],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    lines = [line for line in done.stderr.splitlines() if line.startswith("peak-rss ")]
-    return int(lines[-1].split()[1])
+    """The lowest peak RSS (KiB) of three runs of `command`."""
+    peaks = []
+    for _ in range(RUNS):
+        done = subprocess.run(
+            [sys.executable, "-c", PEAK_RSS, *command],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        lines = [line for line in done.stderr.splitlines() if line.startswith("peak-rss ")]
+        peaks.append(int(lines[-1].split()[1]))
+    return min(peaks)
 
 
 # What `plan` imports before it reads anything: its baseline memory.
 IMPORTS = (
     "import reconcile.cli, reconcile.cli.reconciling, reconcile.kube.client, "
-    "reconcile.engine.operations, reconcile.gpu.checks, reconcile.desired.loader"
+    "reconcile.engine.operations, reconcile.gpu.checks, reconcile.desired.loader, "
+    "reconcile.cli.views"
 )
 
 
@@ -219,7 +229,7 @@ print(items, size)
 
 
 class Raw:
-    """Plain HTTP to the sandbox, for the floors measured in this process."""
+    """Plain HTTP to the cluster, for the floors measured in this process."""
 
     def __init__(self, kubeconfig: Path) -> None:
         config = json.loads(kubeconfig.read_text())
@@ -249,12 +259,14 @@ class Raw:
             if not token:
                 return items
 
-    def patch_rate(self, names: list[str], parallel: int, value: str) -> float:
-        """Merge PATCHes of one label on `names`, `parallel` at a time: patches/s."""
-        pending = list(names)
+    def each(
+        self, work: list[Any], parallel: int, send: Callable[[Any], tuple[str, str, Any]]
+    ) -> float:
+        """`send(item)` -> (method, path, body) for every item, `parallel` at a time: the
+        seconds it took."""
+        pending = list(work)
         lock = threading.Lock()
-        body = json.dumps({"metadata": {"labels": {"nvidia.com/gpu.count": value}}})
-        headers = {**self.headers, "Content-Type": "application/merge-patch+json"}
+        failures: list[str] = []
 
         def worker() -> None:
             connection = self.connection()
@@ -262,9 +274,21 @@ class Raw:
                 with lock:
                     if not pending:
                         return
-                    name = pending.pop()
-                connection.request("PATCH", f"/api/v1/nodes/{name}", body=body, headers=headers)
-                connection.getresponse().read()
+                    item = pending.pop()
+                method, path, body = send(item)
+                content = (
+                    "application/merge-patch+json" if method == "PATCH" else "application/json"
+                )
+                connection.request(
+                    method,
+                    path,
+                    body=json.dumps(body) if body is not None else None,
+                    headers={**self.headers, "Content-Type": content},
+                )
+                response = connection.getresponse()
+                answer = response.read()
+                if response.status >= 300 and response.status != 404:
+                    failures.append(f"{method} {path}: {response.status} {answer[:200]!r}")
 
         started = time.perf_counter()
         threads = [threading.Thread(target=worker) for _ in range(parallel)]
@@ -272,15 +296,123 @@ class Raw:
             thread.start()
         for thread in threads:
             thread.join()
-        return len(names) / (time.perf_counter() - started)
+        if failures:
+            raise SystemExit(f"{len(failures)} request(s) failed, first: {failures[0]}")
+        return time.perf_counter() - started
+
+    def patch_rate(self, names: list[str], parallel: int, value: str) -> float:
+        """Merge PATCHes of one label on `names`, `parallel` at a time: patches/s."""
+        body = {"metadata": {"labels": {"nvidia.com/gpu.count": value}}}
+        elapsed = self.each(names, parallel, lambda name: ("PATCH", f"/api/v1/nodes/{name}", body))
+        return len(names) / elapsed
+
+
+# --- the clusters -----------------------------------------------------------------------
+
+
+class SandboxTarget:
+    """The embedded sandbox: its request log counts requests, its observer times PATCHes."""
+
+    name = "sandbox"
+
+    def __init__(self, size: int, labels: int, pods: bool) -> None:
+        started = time.perf_counter()
+        objects = seed_nodes(size, labels) + (seed_pods(size, PODS_PER_NODE) if pods else [])
+        self.sandbox = Sandbox(objects).start()
+        self.pods = pods
+        self.stamps: list[float] = []
+        print(
+            f"(sandbox: seeded {len(objects):,} objects in {time.perf_counter() - started:.1f}s)",
+            file=sys.stderr,
+        )
+
+    def kubeconfig(self, directory: Path) -> Path:
+        return self.sandbox.write_kubeconfig(directory / "kubeconfig")
+
+    def clear(self) -> None:
+        self.sandbox.clear_requests()
+
+    def requests(self, _stderr: str) -> str:
+        counted = Counter(f"{r.verb} {r.resource}" for r in self.sandbox.requests)
+        return ", ".join(f"{n} {k}" for k, n in sorted(counted.items()))
+
+    def watch_patches(self) -> None:
+        self.stamps.clear()
+        self.sandbox.server.observers.append(self._seen)
+
+    def patch_rate(self, _apply: float, _plan: float, _patches: int) -> float:
+        """PATCHes per second between the first and the last, as the server saw them."""
+        self.sandbox.server.observers.remove(self._seen)
+        stamps = self.stamps
+        return (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
+
+    def _seen(self, record: Any) -> None:
+        if record.verb == "patch" and record.resource == "nodes":
+            self.stamps.append(time.perf_counter())
+
+    def stop(self) -> None:
+        self.sandbox.stop()
+
+
+class RealTarget:
+    """The real control plane of ../shared/k8s, nodes created by POST."""
+
+    name = "kube-apiserver v1.36"
+
+    def __init__(self, state: Path, size: int, labels: int) -> None:
+        self.state = state
+        subprocess.run(
+            ["bash", str(CONTROL_PLANE), "up", str(state)], check=True, capture_output=True
+        )
+        self._stop_kubelet()
+        yaml_config = state / "kubeconfig"
+        self.config = state / "kubeconfig.json"
+        self.config.write_text(json.dumps(_yaml_to_json(yaml_config)))
+        raw = Raw(self.config)
+        nodes = seed_nodes(size, labels)
+        elapsed = raw.each(nodes, 8, lambda n: ("POST", "/api/v1/nodes", n))
+        self.pods = False
+        print(f"(kube-apiserver: created {size:,} nodes in {elapsed:.1f}s)", file=sys.stderr)
+
+    def _stop_kubelet(self) -> None:
+        pid_file = self.state / "kubelet.pid"
+        if pid_file.exists():
+            subprocess.run(["kill", pid_file.read_text().strip()], check=False)
+            pid_file.unlink()
+
+    def kubeconfig(self, _directory: Path) -> Path:
+        return self.config
+
+    def clear(self) -> None:
+        pass
+
+    def requests(self, stderr: str) -> str:
+        found = re.search(r"note: (\d+) request\(s\)", stderr)
+        return f"{found.group(1)} in all (`plan -v`)" if found else "?"
+
+    def watch_patches(self) -> None:
+        pass
+
+    def patch_rate(self, apply: float, plan: float, patches: int) -> float:
+        return patches / (apply - plan) if apply > plan else 0.0
+
+    def stop(self) -> None:
+        subprocess.run(["bash", str(CONTROL_PLANE), "down", str(self.state)], check=False)
+
+
+def _yaml_to_json(path: Path) -> dict[str, Any]:
+    import yaml
+
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
 
 
 # --- the figures --------------------------------------------------------------------------
 
 
 class Table:
-    def __init__(self, size: int) -> None:
-        self.size = size
+    def __init__(self, title: str) -> None:
+        self.title = title
         self.rows: list[tuple[str, str, str, str]] = []
 
     def add(self, figure: str, value: float, floor: float, unit: str = "s") -> None:
@@ -291,7 +423,7 @@ class Table:
         self.rows.append((figure, value, "", ""))
 
     def print(self) -> None:
-        print(f"\n### {self.size:,} nodes\n")
+        print(f"\n### {self.title}\n")
         print("| figure | reconcile | floor | ratio |")
         print("| --- | --- | --- | --- |")
         for row in self.rows:
@@ -299,127 +431,123 @@ class Table:
         sys.stdout.flush()
 
 
-def _nodes_resource() -> Any:
-    from reconcile.sandbox.resources import BY_PATH
+def offline(size: int, labels: int, root: Path) -> Table:
+    """The figures that need no cluster: validate."""
+    table = Table(f"{size:,} nodes, offline")
+    yaml_tree, env_tree, group_tree = root / "yaml", root / "env", root / "groups"
+    write_nodes(env_tree, size, labels, env=True)
+    write_groups(group_tree, labels)
+    floor, _, _ = timed([sys.executable, "-c", READ_FILES, "desired"], yaml_tree)
+    elapsed, _, _ = timed(reconcile("validate"), yaml_tree)
+    table.add("validate, one YAML file per node", elapsed, floor)
+    floor, _, _ = timed([sys.executable, "-c", READ_FILES, "desired"], env_tree)
+    elapsed, _, _ = timed(reconcile("validate"), env_tree)
+    table.add("validate, one .env file per node", elapsed, floor)
+    elapsed, _, _ = timed(reconcile("validate"), group_tree)
+    table.add("validate, 5 NodeGroups", elapsed, 0.4)
+    return table
 
-    return BY_PATH[("", "v1", "nodes")]
 
-
-def bench(size: int, labels: int, drift: float, pods: bool) -> None:
-    table = Table(size)
-    started = time.perf_counter()
-    objects = seed_nodes(size, labels) + (seed_pods(size, PODS_PER_NODE) if pods else [])
-    sandbox = Sandbox(objects).start()
-    print(
-        f"(seeded {len(objects):,} objects in {time.perf_counter() - started:.1f}s)",
-        file=sys.stderr,
+def online(target: SandboxTarget | RealTarget, size: int, drift: float, root: Path) -> Table:
+    """The figures against a cluster: plan, its requests and memory, pods, apply."""
+    table = Table(f"{size:,} nodes, {target.name}")
+    yaml_tree = root / "yaml"
+    kubeconfig = target.kubeconfig(root)
+    raw_list = [sys.executable, "-c", RAW_LIST, str(kubeconfig), "/api/v1/nodes"]
+    raw_time, raw_out, _ = timed(raw_list, root)
+    json_bytes = int(raw_out.split()[1])
+    target.clear()
+    plan = reconcile("plan", "--kubeconfig", str(kubeconfig))
+    plan_time, _, plan_err = timed([*plan, "-v"], yaml_tree)
+    table.add("plan, in sync (process)", plan_time, raw_time)
+    table.note("plan requests (3 runs)", target.requests(plan_err))
+    plan_rss = peak_rss(plan, yaml_tree)
+    idle_rss = peak_rss([sys.executable, "-c", IMPORTS], yaml_tree)
+    table.add(
+        "plan peak RSS above its imports, vs the JSON sent",
+        (plan_rss - idle_rss) / 1024,
+        json_bytes / 1024 / 1024,
+        "MiB",
     )
-    with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch)
-        kubeconfig = sandbox.write_kubeconfig(root / "kubeconfig")
-        yaml_tree, env_tree, group_tree = root / "yaml", root / "env", root / "groups"
-        write_nodes(yaml_tree, size, labels, env=False)
-        write_nodes(env_tree, size, labels, env=True)
-        write_groups(group_tree, labels)
+    table.note(
+        "peak RSS: plan / its imports alone", f"{plan_rss / 1024:.0f} / {idle_rss / 1024:.0f} MiB"
+    )
 
-        floor, _, _ = timed([sys.executable, "-c", READ_FILES, "desired"], yaml_tree)
-        elapsed, _, _ = timed(reconcile("validate"), yaml_tree)
-        table.add("validate, one YAML file per node", elapsed, floor)
-        floor, _, _ = timed([sys.executable, "-c", READ_FILES, "desired"], env_tree)
-        elapsed, _, _ = timed(reconcile("validate"), env_tree)
-        table.add("validate, one .env file per node", elapsed, floor)
-        elapsed, _, _ = timed(reconcile("validate"), group_tree)
-        table.add("validate, 5 NodeGroups", elapsed, 0.4)
+    raw = Raw(kubeconfig)
+    drifted = [f"gpu-{i:05d}" for i in range(int(size * drift))]
+    if target.pods:
+        from reconcile.kube.client import Cluster
 
-        raw_list = [sys.executable, "-c", RAW_LIST, str(kubeconfig), "/api/v1/nodes"]
-        raw_time, _, raw_out = timed(raw_list, root)
-        raw_rss = peak_rss(raw_list, root)
-        json_bytes = int(raw_out.split()[1])
-        sandbox.clear_requests()
-        plan = reconcile("plan", "--kubeconfig", str(kubeconfig))
-        plan_time, _, _ = timed(plan, yaml_tree)
-        requests = Counter(f"{r.verb} {r.resource}" for r in sandbox.requests)
-        plan_rss = peak_rss(plan, yaml_tree)
-        idle_rss = peak_rss([sys.executable, "-c", IMPORTS], yaml_tree)
-        table.add("plan, in sync (process)", plan_time, raw_time)
-        table.note(
-            "plan requests (3 runs)", ", ".join(f"{n} {k}" for k, n in sorted(requests.items()))
-        )
+        cluster = Cluster.connect(str(kubeconfig))
+        started = time.perf_counter()
+        raw.list_all("/api/v1/pods")
+        floor = time.perf_counter() - started
+        started = time.perf_counter()
+        found = cluster.pods_on_nodes(drifted)
+        elapsed = time.perf_counter() - started
         table.add(
-            "plan peak RSS above its imports, vs the JSON sent",
-            (plan_rss - idle_rss) / 1024,
-            json_bytes / 1024 / 1024,
-            "MiB",
+            f"impact check: pods on {len(drifted)} nodes ({len(found):,} of {size * PODS_PER_NODE:,})",
+            elapsed,
+            floor,
         )
-        table.note(
-            "peak RSS: plan / its imports alone / raw LIST",
-            f"{plan_rss / 1024:.0f} / {idle_rss / 1024:.0f} / {raw_rss / 1024:.0f} MiB",
-        )
+        cluster.close()
 
-        raw = Raw(kubeconfig)
-        drifted = [f"gpu-{i:05d}" for i in range(int(size * drift))]
-        if pods:
-            from reconcile.kube.client import Cluster
-
-            cluster = Cluster.connect(str(kubeconfig))
-            started = time.perf_counter()
-            raw.list_all("/api/v1/pods")
-            floor = time.perf_counter() - started
-            started = time.perf_counter()
-            found = cluster.pods_on_nodes(drifted)
-            elapsed = time.perf_counter() - started
-            table.add(
-                f"impact check: pods on {len(drifted)} nodes ({len(found):,} of "
-                f"{size * PODS_PER_NODE:,})",
-                elapsed,
-                floor,
-            )
-            cluster.close()
-
-        stamps: list[float] = []
-
-        def seen(record: Any) -> None:
-            if record.verb == "patch" and record.resource == "nodes":
-                stamps.append(time.perf_counter())
-
-        def rate() -> float:
-            """PATCHes per second between the first and the last, as the server saw them."""
-            return (len(stamps) - 1) / (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
-
-        sandbox.server.observers.append(seen)
-        raw.patch_rate(drifted, 8, "7")
-        rate_floor = rate()
-        raw.patch_rate(drifted, 8, "9")  # drifted again for apply
-        stamps.clear()
-        sandbox.clear_requests()
-        _, _, out = timed(
-            reconcile("apply", "--parallel", "8", "--kubeconfig", str(kubeconfig)),
-            yaml_tree,
-            runs=1,
-        )
-        sandbox.server.observers.remove(seen)
-        table.add(
-            f"apply: PATCH rate at --parallel 8 ({len(stamps)} PATCHes)", rate(), rate_floor, "/s"
-        )
-        table.note("apply lines", str(len(out.splitlines())))
-    sandbox.stop()
-    table.print()
+    target.watch_patches()
+    rate_floor = raw.patch_rate(drifted, 8, "7")
+    if isinstance(target, SandboxTarget):
+        rate_floor = target.patch_rate(0, 0, 0)  # as the server saw them, like apply's
+    raw.patch_rate(drifted, 8, "9")  # drifted again for apply
+    drifted_plan, _, _ = timed(plan, yaml_tree)
+    target.watch_patches()
+    apply_time, out, _ = timed(
+        reconcile("apply", "--parallel", "8", "--kubeconfig", str(kubeconfig)), yaml_tree, runs=1
+    )
+    rate = target.patch_rate(apply_time, drifted_plan, len(drifted))
+    table.add(f"apply: PATCH rate at --parallel 8 ({len(drifted)} nodes)", rate, rate_floor, "/s")
+    table.note("apply lines", str(len(out.splitlines())))
+    return table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", default="1000,10000,50000")
+    parser.add_argument("--sizes", default="1000,10000,50000", help="Sandbox sizes.")
+    parser.add_argument(
+        "--real-sizes",
+        default="1000,10000",
+        help="Sizes on the real control plane of ../shared/k8s ('' for none).",
+    )
     parser.add_argument("--labels", type=int, default=LABELS_PER_NODE)
     parser.add_argument("--drift", type=float, default=0.05)
     parser.add_argument(
-        "--pods-up-to", type=int, default=10000, help="Seed pods for sizes up to this."
+        "--pods-up-to", type=int, default=10000, help="Seed pods (sandbox) for sizes up to this."
     )
     args = parser.parse_args()
     print(
         f"machine: {os.cpu_count()} cores; {args.labels} labels per node, {args.drift:.0%} drifted"
     )
-    for size in (int(s) for s in args.sizes.split(",")):
-        bench(size, args.labels, args.drift, pods=size <= args.pods_up_to)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    real = [int(s) for s in args.real_sizes.split(",") if s] if CONTROL_PLANE.exists() else []
+    for size in sorted(set(sizes) | set(real)):
+        with tempfile.TemporaryDirectory() as scratch:
+            root = Path(scratch)
+            write_nodes(root / "yaml", size, args.labels, env=False)
+            offline(size, args.labels, root).print()
+            if size in sizes:
+                target: SandboxTarget | RealTarget = SandboxTarget(
+                    size, args.labels, pods=size <= args.pods_up_to
+                )
+                try:
+                    online(target, size, args.drift, root).print()
+                finally:
+                    target.stop()
+            if size in real:
+                state = root / "control-plane"
+                target = RealTarget(state, size, args.labels)
+                try:
+                    online(target, size, args.drift, root).print()
+                finally:
+                    target.stop()
+                    shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -80,7 +80,8 @@ class _FleetReader:
         names = [c.name for c in model.clusters]
         base: list[tuple[Path, str | None, Path]] = []
         overlays: dict[str, list[tuple[Path, str | None, Path]]] = {n: [] for n in names}
-        for path, refused in safefiles.walk(self.root):
+        for text, refused in safefiles.walk(self.root):
+            path = Path(text)
             relative = path.relative_to(self.root)
             top = relative.parts[0]
             if path == fleet_path:

@@ -362,7 +362,7 @@ class _Loader:
     def __init__(
         self,
         root: Path,
-        entries: list[tuple[Path, str | None, Path]] | None = None,
+        entries: list[tuple[str, str | None, Path]] | None = None,
         layer: Layer | None = None,
     ) -> None:
         self.root = root
@@ -381,18 +381,18 @@ class _Loader:
         self._groups: dict[str, DesiredGroup] = {}
         self._digest = hashlib.sha256()  # of every file read, path and content
 
-    def name(self, path: Path) -> str:
+    def name(self, path: str | Path) -> str:
         """How a file is named in messages: relative to the working directory when inside it."""
         relative = self.relative(path)
         return self._shown_prefix + relative if relative != "." else self._shown_root
 
-    def relative(self, path: Path) -> str:
+    def relative(self, path: str | Path) -> str:
         """`path` relative to the root, as text (string slicing: pathlib's relative_to
         costs more than reading a small file)."""
         text = str(path)
         if text.startswith(self._root_prefix):
             return text[len(self._root_prefix) :]
-        return path.relative_to(self.root).as_posix()
+        return Path(path).relative_to(self.root).as_posix()
 
     def load(self) -> DesiredState:
         if not self.root.is_dir():
@@ -406,37 +406,37 @@ class _Loader:
         entries = self.entries
         if entries is None:
             entries = [(path, refused, self.root) for path, refused in safefiles.walk(self.root)]
-        for path, refused, base in entries:
+        for text, refused, base in entries:
             if refused is not None:
-                self._refuse(path, refused)
+                self._refuse(text, refused)
                 continue
-            text = str(path)
             base_text = str(base).rstrip("/") + "/"
             parts = (
                 text[len(base_text) :].split("/")
                 if text.startswith(base_text)
-                else list(path.relative_to(base).parts)
+                else list(Path(text).relative_to(base).parts)
             )
             area = parts[0] if len(parts) > 1 else ""
             _, dot, extension = parts[-1].rpartition(".")
             suffix = "." + extension.lower() if dot and parts[-1][0] != "." else ""
+            # Node files (thousands) stay text; the rest are few.
             if area == "nodes" and len(parts) == 2 and suffix in YAML_SUFFIXES:
-                self._node_file(path)
+                self._node_file(text)
             elif area == "nodes" and len(parts) == 2 and suffix == ".env":
-                self._env_file(path)
+                self._env_file(text)
             elif area == "groups" and len(parts) == 2 and suffix in YAML_SUFFIXES:
-                self._yaml_file(path, NODE_GROUP)
+                self._yaml_file(Path(text), NODE_GROUP)
             elif area == "drivers" and len(parts) == 2 and suffix in YAML_SUFFIXES:
-                self._yaml_file(path, DRIVER_SUPPORT_MATRIX)
+                self._yaml_file(Path(text), DRIVER_SUPPORT_MATRIX)
             elif area == "drivers" and len(parts) == 2 and suffix == ".csv":
-                self._csv_file(path)
+                self._csv_file(Path(text))
             elif area == "workloads" and suffix in (*YAML_SUFFIXES, ".json"):
-                self._manifest_file(path)
+                self._manifest_file(Path(text))
             elif suffix in (*YAML_SUFFIXES, ".env", ".csv", ".json"):
                 self.problems.append(
                     diag.warning(
                         "file ignored",
-                        Source(self.name(path)),
+                        Source(self.name(text)),
                         "desired state lives in nodes/*.yaml|*.env, groups/*.yaml, "
                         "drivers/*.yaml|*.csv and workloads/**.yaml",
                     )
@@ -450,7 +450,7 @@ class _Loader:
             digest="sha256:" + self._digest.hexdigest(),
         )
 
-    def _refuse(self, path: Path, what: str) -> None:
+    def _refuse(self, path: str | Path, what: str) -> None:
         """A file that is not a regular file inside desired/: named, never opened."""
         self.problems.append(
             diag.error(
@@ -461,7 +461,7 @@ class _Loader:
             )
         )
 
-    def _read(self, path: Path) -> str | None:
+    def _read(self, path: str | Path) -> str | None:
         try:
             data = safefiles.read_regular(path)
             text = data.decode("utf-8")
@@ -493,7 +493,7 @@ class _Loader:
         return text
 
     def _yaml_documents(
-        self, path: Path, expected: str, text: str | None = None
+        self, path: str | Path, expected: str, text: str | None = None
     ) -> Iterator[YamlDocument]:
         text = self._read(path) if text is None else text
         if text is None:
@@ -511,7 +511,7 @@ class _Loader:
         if self.layer is None:
             yield from documents
             return
-        in_layer = path.is_relative_to(self.layer.root)
+        in_layer = Path(path).is_relative_to(self.layer.root)
         for doc in documents:
             if in_layer and isinstance(doc.data, dict) and PATCH_DIRECTIVE in doc.data:
                 continue  # an exclusion: checked by the fleet's reader
@@ -519,7 +519,7 @@ class _Loader:
                 continue  # replaced or excluded by the layer
             yield doc
 
-    def _node_file(self, path: Path) -> None:
+    def _node_file(self, path: str) -> None:
         """A node file: the simple shape read fast when it is that and valid (simple.py),
         else the full reader, which reports what is wrong."""
         text = self._read(path)
@@ -531,7 +531,7 @@ class _Loader:
             return
         self._yaml_file(path, NODE_FEATURES, text)
 
-    def _yaml_file(self, path: Path, expected_kind: str, text: str | None = None) -> None:
+    def _yaml_file(self, path: str | Path, expected_kind: str, text: str | None = None) -> None:
         for doc in self._yaml_documents(path, expected_kind, text):
             if not isinstance(doc.data, dict):
                 self.problems.append(
@@ -659,7 +659,7 @@ class _Loader:
             return
         self.nodes[node.name] = node
 
-    def _env_file(self, path: Path) -> None:
+    def _env_file(self, path: str) -> None:
         text = self._read(path)
         if text is None:
             return
@@ -692,14 +692,15 @@ class _Loader:
                 diag.error("empty file", Source(file, 1, 1), "expected key=value lines")
             )
             return
-        fast = simple.env_node(path.stem, values, lines, file)
+        stem = path.rpartition("/")[2].rpartition(".")[0]  # the node's name
+        fast = simple.env_node(stem, values, lines, file)
         if fast is not None:
             self._add_node(fast)
             return
         document = {
             "apiVersion": API_VERSION,
             "kind": NODE_FEATURES,
-            "metadata": {"name": path.stem},
+            "metadata": {"name": stem},
             "labels": values,
         }
         doc = YamlDocument(data=document, file=file, start=(1, 1))
@@ -922,7 +923,8 @@ def load_with(
 ) -> tuple[DesiredState, list[Diagnostic]]:
     """The desired state of the given files under `root` (each with the directory its
     areas are relative to), `layer`'s documents replacing base ones (a fleet cluster)."""
-    loader = _Loader(root, sorted(entries, key=lambda e: e[0]), layer)
+    ordered = sorted(entries, key=lambda e: e[0])
+    loader = _Loader(root, [(str(path), refused, base) for path, refused, base in ordered], layer)
     state = loader.load()
     return state, sorted(loader.problems, key=diag.sort_key)
 

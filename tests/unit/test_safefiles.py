@@ -52,7 +52,7 @@ def test_walk_names_what_is_not_a_regular_file_and_never_follows_links(
     with socket.socket(socket.AF_UNIX) as server:
         server.bind(str(root / "nodes" / "sock"))
 
-        found = {str(p.relative_to(root)): what for p, what in walk(root)}
+        found = {str(Path(p).relative_to(root)): what for p, what in walk(root)}
 
     assert found == {
         "nodes/a.yaml": None,

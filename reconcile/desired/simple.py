@@ -16,10 +16,11 @@ reader then reads that file and reports what is wrong, with the same messages as
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 import yaml
 from yaml.nodes import ScalarNode
@@ -187,27 +188,36 @@ def _label_value(token: str) -> object:
     return value
 
 
+@functools.lru_cache(maxsize=64)
+def _header(token: str) -> str | bool | None:
+    """`apiVersion` and `kind` as read: the same tokens in every file."""
+    return _scalar(token)
+
+
 def _canonical(text: str, file: str) -> DesiredNode:
     found = _CANONICAL.fullmatch(text)
     if found is None or "\t" in text or "\r" in text:
         raise _Unsure
     api, kind, name = found.group(1, 2, 3)
-    if _scalar(api) != API_VERSION or _scalar(kind) != NODE_FEATURES:
+    if _header(api) != API_VERSION or _header(kind) != NODE_FEATURES:
         raise _Unsure
     node_name = _scalar(name)
     if not isinstance(node_name, str):
         raise _Unsure
     _check_object_name(node_name)
-    labels: dict[str, str | None] = {}
-    values, keys = _label_values, _label_keys  # inlined lookups: this loop runs 200,000 times
-    for key, token in _PAIR.findall("\n" + found.group("labels")):
-        value = values[token] if token in values else _label_value(token)
-        shared = keys[key] if key in keys else _label_key(key)
-        if value is _BAD or shared is None or shared in labels:
-            raise _Unsure
-        labels[shared] = value  # type: ignore[assignment]
-    if not labels:
+    pairs = _PAIR.findall("\n" + found.group("labels"))
+    values, keys = _label_values, _label_keys
+    found_labels: dict[str | None, object]
+    try:  # every key and token seen in an earlier file, as in a fleet: one comprehension
+        found_labels = {keys[key]: values[token] for key, token in pairs}
+    except KeyError:
+        found_labels = {_label_key(key): _label_value(token) for key, token in pairs}
+    # A key twice, a key or value that is not valid: the full reader says what is wrong.
+    if len(found_labels) != len(pairs) or None in found_labels or _BAD in found_labels.values():
+        raise _Unsure
+    if not found_labels:
         raise _Unsure  # `labels:` with nothing under it is null: the full reader says so
+    labels = cast("dict[str, str | None]", found_labels)
     at = found.start(3)
     line = text.count("\n", 0, at) + 1
     column = at - text.rfind("\n", 0, at)

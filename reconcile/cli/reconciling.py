@@ -193,8 +193,6 @@ def plan(
     """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`
     (and `<kind>/<namespace>/<name> <field> <value>` for workload objects). In a fleet,
     every cluster (or each --cluster), each line prefixed by the cluster's name."""
-    from reconcile.cli.views import render_plan
-
     if out_file is not None:
         _check_writable(out_file)
     with errors_to_exit_codes(), reading_ahead(g, timeout) as connected:
@@ -226,6 +224,8 @@ def plan(
                 the_plan.save(out_file)
             except OSError as e:
                 fail(f"cannot write the plan to {out_file}: {e.strerror or e}")
+        from reconcile.cli.views import render_plan  # imported while the nodes were read
+
         render_plan(the_plan, g.output, stdout(), stderr(), show_owner=show_owner)
     sys.exit(EXIT_DRIFT if the_plan.needs_attention else EXIT_OK)
 
@@ -273,26 +273,27 @@ def apply(
     reject any object (a conflict, an immutable field, an invalid manifest), nothing at
     all is applied.
     """
-    from reconcile.cli.views import render_apply
-    from reconcile.engine import operations
-    from reconcile.engine.workloads import desired_configs
-    from reconcile.gpu import checks as gpu
-
-    # What planning is asked for; desired/ fills in once it is read.
-    planning = _plan_request(
-        None,
-        prune=prune,
-        allow_empty_prune=allow_empty_prune,
-        prune_namespace_contents=prune_namespace_contents,
-        force_conflicts=force_conflicts,
-        recreate=recreate,
-        allow_missing_nodes=allow_missing_nodes,
-    )
-    # A saved plan is checked offline before anything is sent; a fresh one reads ahead.
+    # A saved plan is checked offline before anything is sent; a fresh one reads ahead
+    # (and the modules below are imported while the nodes are read).
     ahead = (
         reading_ahead(g, timeout) if plan_file is None else nullcontext(g.connect_later(timeout))
     )
     with errors_to_exit_codes(), ahead as connected:
+        from reconcile.cli.views import render_apply
+        from reconcile.engine import operations
+        from reconcile.engine.workloads import desired_configs
+        from reconcile.gpu import checks as gpu
+
+        # What planning is asked for; desired/ fills in once it is read.
+        planning = _plan_request(
+            None,
+            prune=prune,
+            allow_empty_prune=allow_empty_prune,
+            prune_namespace_contents=prune_namespace_contents,
+            force_conflicts=force_conflicts,
+            recreate=recreate,
+            allow_missing_nodes=allow_missing_nodes,
+        )
         if (g.desired / "clusters.yaml").is_file():
             _apply_fleet(g, plan_file, planning, clusters, timeout, parallel, allow_missing_image)
         if plan_file is not None:

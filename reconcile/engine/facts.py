@@ -14,10 +14,11 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from reconcile.desired.models import DesiredNode
-from reconcile.kube.objects import LiveNode
+if TYPE_CHECKING:  # the command line reads this module before it needs the models
+    from reconcile.desired.models import DesiredNode
+    from reconcile.kube.objects import LiveNode
 
 
 class Fact(enum.StrEnum):

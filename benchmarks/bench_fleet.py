@@ -102,10 +102,10 @@ def seed_pods(total_nodes: int, per_node: int) -> list[dict[str, Any]]:
     ]
 
 
-def write_nodes(root: Path, total: int, labels: int, *, env: bool) -> None:
-    nodes = root / "desired" / "nodes"
+def write_nodes(nodes: Path, indices: range, labels: int, *, env: bool) -> None:
+    """One file per node into the directory `nodes`."""
     nodes.mkdir(parents=True)
-    for i in range(total):
+    for i in indices:
         values = node_labels(i, labels)
         if env:
             text = "".join(f"{k}={v}\n" for k, v in values.items())
@@ -435,7 +435,7 @@ def offline(size: int, labels: int, root: Path) -> Table:
     """The figures that need no cluster: validate."""
     table = Table(f"{size:,} nodes, offline")
     yaml_tree, env_tree, group_tree = root / "yaml", root / "env", root / "groups"
-    write_nodes(env_tree, size, labels, env=True)
+    write_nodes(env_tree / "desired" / "nodes", range(size), labels, env=True)
     write_groups(group_tree, labels)
     floor, _, _ = timed([sys.executable, "-c", READ_FILES, "desired"], yaml_tree)
     elapsed, _, _ = timed(reconcile("validate"), yaml_tree)
@@ -508,6 +508,74 @@ def online(target: SandboxTarget | RealTarget, size: int, drift: float, root: Pa
     return table
 
 
+FLEET_CLUSTERS = 3
+
+
+def fleet(size: int, labels: int, root: Path) -> Table:
+    """A fleet of clusters, each a sandbox in a process of its own holding a share of the
+    nodes: `plan` of the whole fleet against the slowest cluster planned alone."""
+    per = size // FLEET_CLUSTERS
+    table = Table(f"a fleet of {FLEET_CLUSTERS} clusters of {per:,} nodes, sandboxes")
+    tree = root / "fleet"
+    desired = tree / "desired"
+    names = [f"pool-{c}" for c in range(FLEET_CLUSTERS)]
+    desired.mkdir(parents=True)
+    (desired / "clusters.yaml").write_text(
+        "apiVersion: reconcile.dev/v1alpha1\nkind: Fleet\nmetadata:\n  name: bench\nclusters:\n"
+        + "".join(f"- {{name: {n}, context: {n}}}\n" for n in names)
+    )
+    servers: list[subprocess.Popen[str]] = []
+    merged: dict[str, Any] = {}
+    try:
+        for index, name in enumerate(names):
+            nodes = seed_nodes((index + 1) * per, labels)[index * per :]
+            seed = tree / f"{name}.json"
+            seed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+            kubeconfig = tree / f"{name}.kubeconfig"
+            servers.append(
+                subprocess.Popen(
+                    [
+                        *reconcile(
+                            "sandbox", "--seed", str(seed), "--write-kubeconfig", str(kubeconfig)
+                        ),
+                        "--",
+                        "sleep",
+                        "3600",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            )
+            share = range(index * per, (index + 1) * per)
+            write_nodes(desired / "clusters" / name / "nodes", share, labels, env=False)
+            for _ in range(600):
+                if kubeconfig.exists() and kubeconfig.stat().st_size:
+                    break
+                time.sleep(0.1)
+            config = json.loads(kubeconfig.read_text())
+            for section in ("clusters", "users", "contexts"):
+                for entry in config[section]:
+                    entry["name"] = name
+            config["contexts"][0]["context"].update(cluster=name, user=name)
+            if not merged:
+                merged = config
+            else:
+                for section in ("clusters", "users", "contexts"):
+                    merged[section] += config[section]
+        kubeconfig = tree / "kubeconfig"
+        kubeconfig.write_text(json.dumps(merged))
+        plan = reconcile("plan", "--kubeconfig", str(kubeconfig))
+        whole, _, _ = timed(plan, tree)
+        alone = max(timed([*plan, "--cluster", name], tree)[0] for name in names)
+        table.add("plan of the fleet, against its slowest cluster alone", whole, alone)
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait()
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="1000,10000,50000", help="Sandbox sizes.")
@@ -517,6 +585,9 @@ def main() -> None:
         help="Sizes on the real control plane of ../shared/k8s ('' for none).",
     )
     parser.add_argument("--labels", type=int, default=LABELS_PER_NODE)
+    parser.add_argument(
+        "--no-fleet", dest="fleet", action="store_false", help="Skip the fleet figure."
+    )
     parser.add_argument("--drift", type=float, default=0.05)
     parser.add_argument(
         "--pods-up-to", type=int, default=10000, help="Seed pods (sandbox) for sizes up to this."
@@ -530,7 +601,7 @@ def main() -> None:
     for size in sorted(set(sizes) | set(real)):
         with tempfile.TemporaryDirectory() as scratch:
             root = Path(scratch)
-            write_nodes(root / "yaml", size, args.labels, env=False)
+            write_nodes(root / "yaml" / "desired" / "nodes", range(size), args.labels, env=False)
             offline(size, args.labels, root).print()
             if size in sizes:
                 target: SandboxTarget | RealTarget = SandboxTarget(
@@ -540,6 +611,8 @@ def main() -> None:
                     online(target, size, args.drift, root).print()
                 finally:
                     target.stop()
+            if args.fleet and size in sizes:
+                fleet(size, args.labels, root).print()
             if size in real:
                 state = root / "control-plane"
                 target = RealTarget(state, size, args.labels)

@@ -18,6 +18,19 @@ from tests.support import (
 ClusterFactory = Callable[[list[dict[str, Any]]], TestCluster]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """`-n` without `--dist` distributes by work stealing, not xdist's default `load`.
+
+    `load` hands each worker big batches up front and never takes them back: on two
+    workers one sat idle for half the run while the other still held a queue of slow
+    end-to-end tests. With `worksteal` an idle worker takes half of the other's queue.
+    An explicit `--dist` is left as it is."""
+    option = config.option
+    if getattr(option, "numprocesses", None) and option.dist == "no" and not option.distload:
+        option.dist = "worksteal"
+
+
 @pytest.fixture
 def make_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
     """Start a cluster holding the given objects; stopped (or cleaned) after the test."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ import yaml
 from kubernetes import client, config
 
 from reconcile.sandbox import Sandbox
-from reconcile.sandbox.main import load_seed
+from reconcile.sandbox.main import parse_seed, seed_text
 from reconcile.sandbox.resources import resource_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -127,7 +128,13 @@ def assert_no_credentials(output: str, kubeconfig: Path | str | None) -> None:
 
 
 def lab_objects(seed: str = "lab") -> list[dict[str, Any]]:
-    return load_seed(seed)
+    """load_seed(seed): parsed once per text, a fresh deep copy for every caller."""
+    return copy.deepcopy(_parsed_seed(*seed_text(seed)))
+
+
+@functools.cache
+def _parsed_seed(text: str, shown: str) -> list[dict[str, Any]]:
+    return parse_seed(text, shown)
 
 
 def copy_desired(target: Path, source: Path = DESIRED) -> Path:

@@ -10,7 +10,7 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -29,6 +29,7 @@ from reconcile.cli.app import (
     stdout,
 )
 from reconcile.cli.output import EXIT_OK, Format, log, node_line, object_lines
+from reconcile.serving import PromptHTTPServer
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -226,13 +227,13 @@ class _Endpoints(BaseHTTPRequestHandler):
         pass
 
 
-def _serve(address: str, metrics: _Metrics) -> ThreadingHTTPServer:
+def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         fail(f"--metrics-address {address!r} is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)")
     handler = type("Endpoints", (_Endpoints,), {"metrics": metrics})
     try:
-        server = ThreadingHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), handler)
+        server = PromptHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), handler)
     except OSError as e:
         fail(f"cannot serve metrics on {address}: {e.strerror or e}")
     server.daemon_threads = True

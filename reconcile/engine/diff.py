@@ -182,9 +182,11 @@ def object_drift(
     fields the manifest sets, or that this field manager owned before (`owned`, its
     FieldsV1 in live managedFields: what it stopped setting is removed), are reported.
     """
+    before, after = normalized(live), normalized(result)
+    if _identical(before, after):
+        return []  # what DeepDiff would find: nothing (the common case, an object in sync)
     from deepdiff import DeepDiff  # imported here: label-only commands skip its cost
 
-    before, after = normalized(live), normalized(result)
     diff = DeepDiff(before, after, view="tree", verbose_level=2)
     changes: dict[tuple[str | int, ...], FieldChange] = {}
     for kind, levels in diff.items():
@@ -214,6 +216,18 @@ def object_drift(
         or (owned is not None and _owned(change.path, owned, live))
     ]
     return sorted(in_scope, key=lambda c: tuple(str(p) for p in c.path))
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal and of the same types all the way down: where DeepDiff reports nothing (== alone
+    would also call 1 and 1.0, or 1 and True, the same; DeepDiff reports a type change)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def manifest_drift(manifest: Mapping[str, Any], live: Mapping[str, Any]) -> list[FieldChange]:

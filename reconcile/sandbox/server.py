@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -36,6 +36,7 @@ from reconcile.sandbox.errors import (
 from reconcile.sandbox.resources import Resource
 from reconcile.sandbox.store import Page
 from reconcile.sandbox.watch import Watch
+from reconcile.serving import PromptHTTPServer
 
 MAX_BODY: Final = 3 * 1024 * 1024  # the API server's request size limit
 
@@ -617,7 +618,7 @@ def _verb(method: str, route: Route, query: dict[str, str]) -> str:
     )
 
 
-class SandboxHTTPServer(ThreadingHTTPServer):
+class SandboxHTTPServer(PromptHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 

@@ -11,6 +11,7 @@
 | pods read by the impact check (drifted nodes) | a paginated LIST of every pod with http.client |
 | `apply` PATCH rate at --parallel 8 | 8 threads of raw merge PATCHes with http.client |
 | peak RSS of `plan` above its imports | the bytes of JSON the server sent for the nodes |
+| `plan` of a fleet of 3 sandboxes, each in its own process | `plan --cluster` of its slowest one |
 
 Every command runs as a user runs it (a process, best of three). The cluster is the
 embedded sandbox for every size, and, for `--real-sizes`, the real Kubernetes v1.36

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import logging
 import signal
 import sys
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+YOUNG_GC_THRESHOLD: Final = 200_000
 
 
 @dataclass(frozen=True)
@@ -410,6 +413,10 @@ class _Main(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         configure_logging(verbose=0, quiet=False)  # set again by the command's -v/-q
+        # The cyclic collector less often, as mypy tunes it: a plan of 10,000 nodes makes
+        # millions of objects (labels, nodes, files) and almost no cycles, and at the
+        # default threshold (700) collecting costs a third of its CPU time.
+        gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
         try:
             return super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):

@@ -99,15 +99,6 @@ _fields: dict[bytes, bytes] = {}
 _SHARED_AT_MOST: Final = 200_000
 
 
-def _shared(text: str) -> str:
-    found = _strings.get(text)
-    if found is None:
-        if len(_strings) >= _SHARED_AT_MOST:
-            return text
-        found = _strings[text] = text
-    return found
-
-
 def _shared_fields(raw: msgspec.Raw) -> bytes:
     data = bytes(raw)
     found = _fields.get(data)
@@ -133,21 +124,25 @@ def _label_managers(entries: list[tuple[str, str, bytes]]) -> dict[str, str]:
 
 def _live(node: _Node) -> LiveNode:
     metadata = node.metadata
+    labels = metadata.labels or {}
+    if len(_strings) < _SHARED_AT_MOST:  # one bounded table; past it, labels as decoded
+        keep = _strings.setdefault
+        labels = {keep(k, k): keep(v, v) for k, v in labels.items()}
     writers = [
-        (_shared(entry.manager), entry.time, _shared_fields(entry.fieldsV1.metadata.labels))
+        (entry.manager, entry.time, _shared_fields(entry.fieldsV1.metadata.labels))
         for entry in metadata.managedFields or ()
         if entry.fieldsV1.metadata.labels is not _NO_LABELS
     ]
-    shared = _shared
+    conditions = node.status.conditions or ()
     return LiveNode(
         name=metadata.name,
         resource_version=metadata.resourceVersion,
-        labels={shared(k): shared(v) for k, v in (metadata.labels or {}).items()},
+        labels=labels,
         annotations=metadata.annotations or {},
         unschedulable=node.spec.unschedulable,
         taints=tuple(node.spec.taints or ()),
         label_managers=Lazy(functools.partial(_label_managers, writers)),
-        ready=any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ()),
+        ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
     )
 
 

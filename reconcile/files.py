@@ -60,7 +60,7 @@ def walk(root: Path) -> Iterator[tuple[str, str | None]]:
     a small file, at 10,000 node files."""
     found = [
         (path, problem or (None if stat.S_ISREG(mode) else describe(mode)))
-        for path, mode, _, problem in _entries(root)
+        for path, mode, _, problem in _entries(root, sizes=False)
     ]
     yield from sorted(found, key=lambda item: item[0].split("/"))
 
@@ -73,9 +73,13 @@ def fingerprint(root: Path) -> tuple[object, ...]:
     return (os.path.realpath(root), *entries)
 
 
-def _entries(root: Path) -> Iterator[tuple[str, int, tuple[int, int], str | None]]:
+def _entries(
+    root: Path, *, sizes: bool = True
+) -> Iterator[tuple[str, int, tuple[int, int], str | None]]:
     """(path, mode, (size, mtime), problem) of every entry under `root` that is not a
-    directory, unsorted; hidden ones skipped, links never followed."""
+    directory, unsorted; hidden ones skipped, links never followed. Without `sizes`, a
+    regular file or directory is known from the directory listing alone (no stat per
+    file; its size and mtime are 0) and only the others are examined."""
     pending = [str(root)]
     while pending:
         directory = pending.pop()
@@ -90,6 +94,12 @@ def _entries(root: Path) -> Iterator[tuple[str, int, tuple[int, int], str | None
                 continue
             path = entry.path
             try:
+                if not sizes and entry.is_file(follow_symlinks=False):
+                    yield path, stat.S_IFREG, (0, 0), None
+                    continue
+                if not sizes and entry.is_dir(follow_symlinks=False):
+                    pending.append(path)
+                    continue
                 status = entry.stat(follow_symlinks=False)
             except OSError as e:
                 yield path, 0, (0, 0), f"cannot be examined ({e.strerror})"
@@ -111,10 +121,15 @@ def read_regular(path: str | Path) -> bytes:
                 raise UnsafeFile(describe(mode)) from None
         raise
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnsafeFile(describe(mode))
-        chunks = []
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise UnsafeFile(describe(status.st_mode))
+        # One read when the file is as fstat saw it (asking one byte more finds its end);
+        # a file that grew or read short is read on to its end.
+        data = os.read(fd, status.st_size + 1)
+        if len(data) == status.st_size:
+            return data
+        chunks = [data]
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
         return b"".join(chunks)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -314,12 +315,19 @@ def apply(
             )
         request = dataclasses.replace(request, parallel=parallel, allow_refused=allow_missing_image)
         with stoppable() as stopped:
+            started = time.monotonic()
             result = operations.apply(
                 request,
                 cluster,
                 policy=gpu.policy(state) if state is not None else gpu.GpuPolicy(),
                 should_stop=lambda: bool(stopped),
                 progress=progress_bar("nodes"),
+            )
+            log.debug(
+                "%d node(s) and %d object(s) written in %.2f s",
+                sum(1 for node in result.nodes if node.applied),
+                sum(1 for obj in result.objects if obj.changed is not None),
+                time.monotonic() - started,
             )
         render_apply(result, g.output, stdout(), stderr())
         if stopped:

@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import pty
+import re
 import shutil
 import signal
 import subprocess
@@ -742,3 +743,21 @@ def test_import_refuses_a_bad_selector_and_an_invalid_desired_tree(
     if lab.sandbox is not None:
         assert lab.sandbox.requests == []
     assert {p: p.read_bytes() for p in (workdir / "desired").rglob("*") if p.is_file()} == before
+
+
+def test_verbose_apply_says_what_it_wrote_and_how_long_it_took(
+    lab: TestCluster, workdir: Path
+) -> None:
+    quiet = run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert quiet.code == 0, quiet.stderr
+    assert "written in" not in quiet.stderr
+
+    drifted = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert (drifted.code, drifted.stdout) == (0, "")
+    lab.label("lab-node-1", **{"nvidia.com/gpu.count": "9"})
+    verbose = run_cli("apply", "-v", cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert verbose.code == 0, verbose.stderr
+    assert verbose.stdout == "lab-node-1 nvidia.com/gpu.count 2\n"
+    [line] = [line for line in verbose.stderr.splitlines() if "written in" in line]
+    assert re.fullmatch(r"note: 1 node\(s\) and 0 object\(s\) written in \d+\.\d\d s", line), line

@@ -229,9 +229,11 @@ print(items, size)
 """
 
 
-# 8 threads of raw merge PATCHes of one label, each with its own connection, in a
-# process of its own (in the benchmark's, they would share its interpreter with the
-# embedded sandbox): prints the PATCHes per second from the first sent to the last answered.
+# 8 threads of raw merge PATCHes, each with its own connection, in a process of its own
+# (in the benchmark's, they would share its interpreter with the embedded sandbox): the
+# body apply sends (the label and reconcile's inventory annotation, less the
+# resourceVersion precondition); prints the PATCHes per second from the first sent to
+# the last answered.
 RAW_PATCH = """
 import base64, http.client, json, ssl, sys, tempfile, threading, time
 config = json.load(open(sys.argv[1]))
@@ -241,7 +243,8 @@ with tempfile.NamedTemporaryFile(delete=False) as ca:
 host, port = cluster["server"].removeprefix("https://").split(":")
 headers = {"Authorization": "Bearer " + config["users"][0]["user"]["token"],
            "Content-Type": "application/merge-patch+json"}
-body = json.dumps({"metadata": {"labels": {"nvidia.com/gpu.count": sys.argv[2]}}})
+body = json.dumps({"metadata": {"labels": {"nvidia.com/gpu.count": sys.argv[2]},
+                                "annotations": {"reconcile.dev/managed-labels": sys.argv[4]}}})
 pending = sys.argv[3].split(",")
 lock = threading.Lock()
 def worker(connection):
@@ -343,8 +346,14 @@ class Raw:
         return time.perf_counter() - started
 
     def patch_rate(self, names: list[str], parallel: int, value: str) -> float:
-        """Merge PATCHes of one label on `names`, `parallel` at a time: patches/s."""
-        body = {"metadata": {"labels": {"nvidia.com/gpu.count": value}}}
+        """Merge PATCHes of one label on `names` (and no inventory annotation: apply
+        writes it again), `parallel` at a time: patches/s."""
+        body = {
+            "metadata": {
+                "labels": {"nvidia.com/gpu.count": value},
+                "annotations": {"reconcile.dev/managed-labels": None},
+            }
+        }
         elapsed = self.each(names, parallel, lambda name: ("PATCH", f"/api/v1/nodes/{name}", body))
         return len(names) / elapsed
 
@@ -469,7 +478,9 @@ def offline(size: int, labels: int, root: Path) -> Table:
     return table
 
 
-def online(target: SandboxTarget | RealTarget, size: int, drift: float, root: Path) -> Table:
+def online(
+    target: SandboxTarget | RealTarget, size: int, labels: int, drift: float, root: Path
+) -> Table:
     """The figures against a cluster: plan, its requests and memory, pods, apply."""
     table = Table(f"{size:,} nodes, {target.name}")
     yaml_tree = root / "yaml"
@@ -515,7 +526,11 @@ def online(target: SandboxTarget | RealTarget, size: int, drift: float, root: Pa
 
     # Both rates from the first PATCH sent to the last answered, client side: the raw
     # process times its own; apply says how long it spent writing (`-v`).
-    raw_patch = [sys.executable, "-c", RAW_PATCH, str(kubeconfig), "7", ",".join(drifted)]
+    inventory = ",".join(sorted(node_labels(0, labels)))
+    raw_patch = [
+        *(sys.executable, "-c", RAW_PATCH, str(kubeconfig)),
+        *("7", ",".join(drifted), inventory),
+    ]
     rate_floor = float(timed(raw_patch, root, runs=1)[1])
     raw.patch_rate(drifted, 8, "9")  # drifted again for apply
     _, out, err = timed(
@@ -610,7 +625,7 @@ def main() -> None:
     )
     parser.add_argument("--labels", type=int, default=LABELS_PER_NODE)
     parser.add_argument(
-        "--no-fleet", dest="fleet", action="store_false", help="Skip the fleet figure."
+        "--fleet-up-to", type=int, default=10000, help="The fleet figure for sizes up to this."
     )
     parser.add_argument("--drift", type=float, default=0.05)
     parser.add_argument(
@@ -632,16 +647,16 @@ def main() -> None:
                     size, args.labels, pods=size <= args.pods_up_to
                 )
                 try:
-                    online(target, size, args.drift, root).print()
+                    online(target, size, args.labels, args.drift, root).print()
                 finally:
                     target.stop()
-            if args.fleet and size in sizes:
+            if size <= args.fleet_up_to and size in sizes:
                 fleet(size, args.labels, root).print()
             if size in real:
                 state = root / "control-plane"
                 target = RealTarget(state, size, args.labels)
                 try:
-                    online(target, size, args.drift, root).print()
+                    online(target, size, args.labels, args.drift, root).print()
                 finally:
                     target.stop()
                     shutil.rmtree(state, ignore_errors=True)

@@ -220,6 +220,7 @@ class Cluster:
         # Every Secret value sent or received, to strike out of the server's messages.
         self.redactor = sensitive.Redactor()
         self._ahead: _ReadAhead | None = None
+        self._server: str | None = None
 
     @classmethod
     def connect(
@@ -277,7 +278,9 @@ class Cluster:
     @property
     def server(self) -> str:
         """The API server's URL as it may be shown: without a user or password in it."""
-        return without_userinfo(str(self.api_client.configuration.host))
+        if self._server is None:  # worked out once: every request's errors name it
+            self._server = without_userinfo(str(self.api_client.configuration.host))
+        return self._server
 
     def identity(self) -> tuple[str, str]:
         """(API server URL, UID of the kube-system namespace): which cluster this is. The

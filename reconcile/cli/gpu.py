@@ -3,6 +3,7 @@ and sanitizing vendor strings into label values."""
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import TYPE_CHECKING, TextIO
 
@@ -362,6 +363,10 @@ def _upgrade_one(
         force=force,
         write_desired=write_desired,
     )
+    # Ctrl-C stops the upgrade at a state a rerun resumes from, whatever SIGINT was when
+    # the command started (a shell ignores it for a job started with `&`): as apply and
+    # pool rollouts install their own handlers.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         operations.upgrade(
             request, g.connect(None, target), emit, lambda line: log.info("%s", line)
@@ -371,6 +376,8 @@ def _upgrade_one(
         sys.exit(EXIT_SIGINT)
     except UpgradeFailed as e:
         fail(str(e))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     sys.exit(EXIT_OK)
 
 

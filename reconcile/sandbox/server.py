@@ -7,6 +7,7 @@ answered with a clear 404, 405 or 415 naming what is missing, never a silent 200
 
 from __future__ import annotations
 
+import gzip
 import hmac
 import json
 import select
@@ -39,6 +40,7 @@ from reconcile.sandbox.watch import Watch
 from reconcile.serving import PromptHTTPServer
 
 MAX_BODY: Final = 3 * 1024 * 1024  # the API server's request size limit
+GZIP_THRESHOLD: Final = 128 * 1024  # kube-apiserver's: smaller answers go as they are
 
 
 @dataclass(frozen=True)
@@ -269,10 +271,17 @@ class Handler(BaseHTTPRequestHandler):
             else json.dumps(payload, separators=(",", ":")).encode()
         )
         phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        encoding = []
+        # As kube-apiserver: an answer over 128 KiB is gzip-compressed (level 1) for a
+        # client whose Accept-Encoding names gzip (client-go's and reconcile's do).
+        if len(data) > GZIP_THRESHOLD and "gzip" in (self.headers.get("Accept-Encoding") or ""):
+            data = gzip.compress(data, compresslevel=1)
+            encoding = ["Content-Encoding: gzip", "Vary: Accept-Encoding"]
         head = [
             f"{self.protocol_version} {status} {phrase}",
             f"Date: {self.date_time_string()}",
             "Content-Type: application/json",
+            *encoding,
             f"Content-Length: {len(data)}",
             "Cache-Control: no-cache, private",
             *(f"{key}: {value}" for key, value in (headers or {}).items()),

@@ -6,6 +6,7 @@ sandbox's answers are checked against kube-apiserver's.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -814,3 +815,48 @@ def test_a_bound_pod_is_deleted_gracefully_unless_the_grace_period_is_zero(
     )
     assert code == 200
     assert lab.raw("GET", path)[0] == 404
+
+
+def test_an_answer_over_128_kib_is_gzipped_for_a_client_that_asks(
+    make_cluster: ClusterFactory,
+) -> None:
+    # As kube-apiserver v1.36 answers: Content-Encoding gzip and Vary when the client's
+    # Accept-Encoding names gzip and the answer is over 128 KiB; smaller ones as they are.
+    labels = {f"example.com/fact-{i:02d}": f"value-{i}" for i in range(20)}
+    nodes = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"n-{i:03d}", "labels": labels}}
+        for i in range(300)
+    ]
+    cluster = make_cluster(nodes)
+    api = cluster.api_client
+
+    def get(path: str, encoding: str | None) -> tuple[dict[str, str], bytes]:
+        headers = {"Accept": "application/json"}
+        if encoding is not None:
+            headers["Accept-Encoding"] = encoding
+        api.update_params_for_auth(headers, None, ["BearerToken"], path, "GET", None)
+        response = api.rest_client.pool_manager.request(
+            "GET",
+            api.configuration.host + path,
+            headers=headers,
+            preload_content=False,
+            decode_content=False,
+        )
+        body = response.read(decode_content=False)
+        return dict(response.headers), body
+
+    headers, body = get("/api/v1/nodes", "gzip")
+    assert headers.get("Content-Encoding") == "gzip"
+    assert "Accept-Encoding" in headers.get("Vary", "")
+    listed = json.loads(gzip.decompress(body))
+    names = {item["metadata"]["name"] for item in listed["items"]}
+    assert {f"n-{i:03d}" for i in range(300)} <= names
+    assert len(gzip.decompress(body)) > 128 * 1024 > len(body)
+
+    headers, body = get("/api/v1/nodes", None)
+    assert "Content-Encoding" not in headers
+    assert {item["metadata"]["name"] for item in json.loads(body)["items"]} == names
+
+    headers, body = get("/api/v1/nodes?limit=1", "gzip, deflate")
+    assert "Content-Encoding" not in headers
+    assert len(json.loads(body)["items"]) == 1

@@ -60,6 +60,8 @@ USER_AGENT: Final = "reconcile/0.1"
 
 T = TypeVar("T")
 
+REFRESH_INTERVAL: Final = 1.0  # seconds between two runs of the client's refresh hook
+
 _ERRORS: Final[dict[int, type[ApiError]]] = {
     404: NotFound,
     409: Conflict,
@@ -116,6 +118,39 @@ class _Request:
     path: str
     timeout: float | None
     by_deadline: bool = False  # the overall --timeout left less than --request-timeout
+
+
+class _Configuration(Configuration):
+    """The client's configuration, its refresh hook run at most once a second.
+
+    The client's kubeconfig and in-cluster loaders give the configuration a hook that
+    runs before every request: it renews a token that is due, then sets every setting
+    again (and installs itself anew), the host among them, whose setter reads the proxy
+    variables of the whole environment once more. That is about 0.3 ms of CPU a request,
+    a quarter of a PATCH's. A token is renewed well before it expires (by the kubeconfig
+    loader five minutes early, in a pod every minute), so a hook run at most once a
+    second renews every token as before."""
+
+    _refresh_hook: Callable[[Configuration], None] | None = None
+    _refresh_due: float = -math.inf
+
+    # The client's stubs type the attribute as None, the value it starts with.
+    @property  # type: ignore[override]
+    def refresh_api_key_hook(self) -> Callable[[Configuration], None] | None:
+        return self._refresh if self._refresh_hook is not None else None
+
+    @refresh_api_key_hook.setter
+    def refresh_api_key_hook(self, hook: Callable[[Configuration], None] | None) -> None:
+        self._refresh_hook = hook
+
+    def _refresh(self, configuration: Configuration) -> None:
+        # No lock: two threads that both find it due both run it, as every request did.
+        now = time.monotonic()
+        hook = self._refresh_hook
+        if hook is None or now < self._refresh_due:
+            return
+        self._refresh_due = now + REFRESH_INTERVAL
+        hook(configuration)
 
 
 def _call(fn: Callable[[], T], request: _Request, redact: Callable[[str], str] = _unchanged) -> T:
@@ -235,7 +270,7 @@ class Cluster:
         """Credentials as kubectl finds them: the one --kubeconfig file, else $KUBECONFIG
         (several files joined by ':', missing ones skipped), else ~/.kube/config, and in
         a pod the service account (the only way with `in_cluster`)."""
-        configuration = Configuration()
+        configuration = _Configuration()
         if in_cluster:
             paths = []
         elif kubeconfig:

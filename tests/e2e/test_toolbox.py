@@ -483,6 +483,50 @@ def test_in_cluster_credentials_are_picked_when_there_is_no_kubeconfig(
         cluster.close()
 
 
+# An exec credential plugin, as kubectl runs one: prints an ExecCredential whose token
+# expires in a second (inside the client's five minutes of margin, so due at once), and
+# counts its runs in a file.
+EXEC_PLUGIN = """
+import datetime, json, sys
+with open(sys.argv[1], "a") as runs:
+    runs.write("run\\n")
+expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)
+print(json.dumps({
+    "apiVersion": "client.authentication.k8s.io/v1beta1",
+    "kind": "ExecCredential",
+    "status": {"token": sys.argv[2], "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
+}))
+"""
+
+
+@pytest.mark.parametrize("interval", [0.0, 60.0])
+def test_a_token_that_is_due_is_renewed_at_most_once_an_interval(
+    interval: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client renews a due token before a request; reconcile lets it at most once a
+    second (REFRESH_INTERVAL), not before every request."""
+    runs = tmp_path / "runs"
+    with Sandbox(lab_objects("lab")) as sandbox:
+        config = sandbox.kubeconfig()
+        plugin = [EXEC_PLUGIN, str(runs), sandbox.token or ""]
+        exec_user = {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": sys.executable,
+        }
+        config["users"][0]["user"] = {"exec": {**exec_user, "args": ["-c", *plugin]}}
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(json.dumps(config))
+        monkeypatch.setattr("reconcile.kube.client.REFRESH_INTERVAL", interval)
+
+        cluster = Cluster.connect(str(kubeconfig))
+        for _ in range(5):
+            assert len(cluster.list_nodes()) == 3
+        cluster.close()
+
+    # Once as the kubeconfig is loaded; then before each request, or only before the first.
+    assert len(runs.read_text().splitlines()) == (6 if interval == 0.0 else 2)
+
+
 # --- the command line ---------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """The command line: argv to a typed request, one operation, one view, one exit code.
-The only package that prints or exits."""
+The only package that prints or exits. Each command's module is imported when the
+command runs (app.COMMANDS)."""
 
-from reconcile.cli import gpu, reconciling, toolbox, watching
 from reconcile.cli.app import main
 
-__all__ = ["gpu", "main", "reconciling", "toolbox", "watching"]
+__all__ = ["main"]

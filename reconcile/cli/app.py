@@ -2,11 +2,13 @@
 `-o` formats a command renders, and the one place failures become exit codes.
 
 Commands live beside it, one module per area (reconciling.py: validate, plan, apply;
-gpu.py: the GPU facts; toolbox.py: import, rbac, placement, schemas, the sandbox). Each
-parses argv into a typed request, calls one operation, renders one view (views.py, in the
-output contract of output.py) and maps the result to an exit code. Modules that need the
-`kubernetes` client are imported inside the commands that talk to a cluster, so
-`validate`, `sanitize` and `schemas` start fast.
+gpu.py: the GPU facts; toolbox.py: import, rbac, placement, schemas, the sandbox;
+watching.py: watch). Each parses argv into a typed request, calls one operation, renders
+one view (views.py, in the output contract of output.py) and maps the result to an exit
+code. A command's module is imported when that command runs (COMMANDS), and modules that
+need the `kubernetes` client inside the commands that talk to a cluster, so a command
+pays for its own imports only: `validate`, `sanitize` and `schemas` start fast, and
+`plan` sends its first request sooner.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import importlib
 import logging
 import signal
 import sys
@@ -46,6 +49,14 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 YOUNG_GC_THRESHOLD: Final = 200_000
+
+# command -> the module of reconcile.cli that defines it, imported when it is asked for.
+COMMANDS: Final = {
+    **dict.fromkeys(("validate", "plan", "apply"), "reconciling"),
+    **dict.fromkeys(("sanitize", "audit", "drivers", "report", "upgrade"), "gpu"),
+    **dict.fromkeys(("placement", "import", "rbac", "schemas", "completion", "sandbox"), "toolbox"),
+    "watch": "watching",
+}
 
 
 @dataclass(frozen=True)
@@ -409,7 +420,16 @@ def load_targets(g: Globals, clusters: tuple[str, ...]) -> tuple[DesiredFleet | 
 class _Main(click.Group):
     """The command group, with the last-resort handler: a bug is still exit 2 and one
     `error:` line (never exit 1, which a pipeline reads as "drift"); the traceback
-    only with -v."""
+    only with -v. Commands are loaded as they are asked for (click's lazy-loading
+    pattern): each module registers its commands on `main` when imported."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(f"reconcile.cli.{COMMANDS[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         configure_logging(verbose=0, quiet=False)  # set again by the command's -v/-q

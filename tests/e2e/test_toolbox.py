@@ -3,6 +3,7 @@ credentials), pre-commit, completion, verbosity and colour, kubeconfigs, the whe
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -533,6 +534,35 @@ def test_a_token_that_is_due_is_renewed_at_most_once_an_interval(
 def test_version() -> None:
     result = run_cli("--version")
     assert (result.code, result.stdout) == (0, "reconcile, version 0.1.0\n")
+
+
+def test_each_command_is_loaded_from_the_module_that_defines_it() -> None:
+    from reconcile.cli.app import COMMANDS, main
+
+    for module in set(COMMANDS.values()):
+        importlib.import_module(f"reconcile.cli.{module}")
+    defined = {name: command.callback.__module__ for name, command in main.commands.items()}
+    assert defined == {name: f"reconcile.cli.{module}" for name, module in COMMANDS.items()}
+    assert all(f"\n  {name} " in run_cli("--help").stdout for name in COMMANDS)
+
+
+def test_a_command_imports_no_other_commands_module(workdir: Path) -> None:
+    """validate starts without the kubernetes client or another command's module."""
+    script = (
+        "import sys\nfrom reconcile.cli import main\n"
+        "try:\n    main(['validate'])\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('reconcile.cli.', 'kubernetes')))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=workdir, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == [
+        "reconcile.cli.app",
+        "reconcile.cli.fleets",
+        "reconcile.cli.output",
+        "reconcile.cli.reconciling",
+        "reconcile.cli.views",
+    ]
 
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])

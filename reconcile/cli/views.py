@@ -14,7 +14,7 @@ import re
 import shlex
 import textwrap
 from collections.abc import Iterable, Sequence
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from reconcile.cli.output import (
     Format,
@@ -26,17 +26,20 @@ from reconcile.cli.output import (
     severity_prefix,
 )
 from reconcile.diagnostics import Diagnostic, Severity
-from reconcile.engine.apply import ApplyResult
-from reconcile.engine.diff import FieldChange, LabelChange
-from reconcile.engine.fleet import FleetPlan
-from reconcile.engine.imports import FileChange
-from reconcile.engine.placement import Placement
-from reconcile.engine.plan import PLAN_API_VERSION, MissingNode, Plan
-from reconcile.engine.rbac import HEADER as RBAC_HEADER
-from reconcile.engine.rbac import RbacObject
-from reconcile.gpu.drivers import Coverage, env_name
-from reconcile.gpu.operations import Report, Tag
 from reconcile.kube import labels
+
+# What the views show, for their signatures only: `validate` renders its problems without
+# importing the engine (a view that needs one of its constants imports it where it does).
+if TYPE_CHECKING:
+    from reconcile.engine.apply import ApplyResult
+    from reconcile.engine.diff import FieldChange, LabelChange
+    from reconcile.engine.fleet import FleetPlan
+    from reconcile.engine.imports import FileChange
+    from reconcile.engine.placement import Placement
+    from reconcile.engine.plan import MissingNode, Plan
+    from reconcile.engine.rbac import RbacObject
+    from reconcile.gpu.drivers import Coverage
+    from reconcile.gpu.operations import Report, Tag
 
 
 def write_json(document: Any, out: TextIO) -> None:
@@ -75,6 +78,8 @@ def sh_value(value: str) -> str:
 def render_report(report: Report, fmt: Format, out: TextIO) -> None:
     """`KEY=value` lines safe to `source`: the counts, then TAG and UPGRADE_STATE per node
     (variable name from the node's name, value quoted by `sh_value`); or JSON."""
+    from reconcile.gpu.drivers import env_name
+
     if fmt is Format.JSON:
         write_json(
             {
@@ -181,6 +186,8 @@ def render_validation(
     errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
     warnings = len(diagnostics) - errors
     if fmt is Format.JSON:
+        from reconcile.engine.plan import PLAN_API_VERSION
+
         write_json(
             {
                 "apiVersion": PLAN_API_VERSION,
@@ -404,6 +411,8 @@ def _change_json(node: str, change: LabelChange) -> dict[str, Any]:
 
 
 def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> None:
+    from reconcile.engine.plan import PLAN_API_VERSION
+
     if fmt is Format.JSON:
         write_json(
             {
@@ -514,6 +523,8 @@ def _md_list(out: TextIO, title: str, items: Iterable[str]) -> None:
 def render_rbac(objects: Sequence[RbacObject], fmt: Format, out: TextIO) -> None:
     """YAML for `kubectl apply -f` with a comment saying why each rule is there; JSON as
     a v1 List; markdown as the YAML in a fenced block."""
+    from reconcile.engine.rbac import HEADER as RBAC_HEADER
+
     if fmt is Format.JSON:
         write_json(
             {"apiVersion": "v1", "kind": "List", "items": [o.document for o in objects]}, out

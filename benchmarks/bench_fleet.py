@@ -13,7 +13,10 @@
 | peak RSS of `plan` above its imports | the bytes of JSON the server sent for the nodes |
 | `plan` of a fleet of 3 sandboxes, each in its own process | `plan --cluster` of its slowest one |
 
-Every command runs as a user runs it (a process, best of three). The cluster is the
+Every command runs as a user runs it (a process). A figure with a floor of its own
+(`validate`, `plan`) runs in turn with it, five pairs: the median of each, and the median
+of the pairs' ratios, steadier on a machine whose speed drifts; the others are the best of
+three. The cluster is the
 embedded sandbox for every size, and, for `--real-sizes`, the real Kubernetes v1.36
 control plane of ../shared/k8s as well (started and stopped here; its stand-in kubelet is
 stopped, since it re-reads every node through the client's typed models, and nodes are
@@ -50,6 +53,7 @@ LABELS_PER_NODE = 20
 PODS_PER_NODE = 5
 POOLS = 5
 RUNS = 3
+PAIRS = 5
 CONTROL_PLANE = Path(__file__).resolve().parents[2] / "shared" / "k8s" / "cluster"
 
 
@@ -149,6 +153,28 @@ def timed(command: list[str], cwd: Path, runs: int = RUNS) -> tuple[float, str, 
             best = (elapsed, done.stdout, done.stderr)
     assert best is not None
     return best
+
+
+def paired(
+    command: list[str], floor: list[str], cwd: Path, pairs: int = PAIRS
+) -> tuple[float, float, float, str]:
+    """`command` and its `floor` run in turn, `pairs` times: the median wall time of
+    each, the median of the pairs' ratios (a pair runs at the same speed of a machine
+    whose speed drifts), and the first run's stderr."""
+    times: list[tuple[float, float]] = []
+    stderr = ""
+    for _ in range(pairs):
+        a, _, err = timed(command, cwd, runs=1)
+        b, _, _ = timed(floor, cwd, runs=1)
+        times.append((a, b))
+        stderr = stderr or err
+    ratios = sorted(a / b for a, b in times)
+    return (
+        sorted(a for a, _ in times)[pairs // 2],
+        sorted(b for _, b in times)[pairs // 2],
+        ratios[pairs // 2],
+        stderr,
+    )
 
 
 # Runs a command and prints its peak RSS (KiB): forked from this small process, not from
@@ -445,8 +471,11 @@ class Table:
         self.title = title
         self.rows: list[tuple[str, str, str, str]] = []
 
-    def add(self, figure: str, value: float, floor: float, unit: str = "s") -> None:
-        ratio = value / floor if floor else float("nan")
+    def add(
+        self, figure: str, value: float, floor: float, unit: str = "s", ratio: float | None = None
+    ) -> None:
+        if ratio is None:
+            ratio = value / floor if floor else float("nan")
         self.rows.append((figure, f"{value:.2f} {unit}", f"{floor:.2f} {unit}", f"{ratio:.2f}x"))
 
     def note(self, figure: str, value: str) -> None:
@@ -467,14 +496,12 @@ def offline(size: int, labels: int, root: Path) -> Table:
     yaml_tree, env_tree, group_tree = root / "yaml", root / "env", root / "groups"
     write_nodes(env_tree / "desired" / "nodes", range(size), labels, env=True)
     write_groups(group_tree, labels)
-    floor, _, _ = timed([sys.executable, "-c", READ_FILES, "desired"], yaml_tree)
-    elapsed, _, _ = timed(reconcile("validate"), yaml_tree)
-    table.add("validate, one YAML file per node", elapsed, floor)
-    floor, _, _ = timed([sys.executable, "-c", READ_FILES, "desired"], env_tree)
-    elapsed, _, _ = timed(reconcile("validate"), env_tree)
-    table.add("validate, one .env file per node", elapsed, floor)
-    elapsed, _, _ = timed(reconcile("validate"), group_tree)
-    table.add("validate, 5 NodeGroups", elapsed, 0.4)
+    read_files = [sys.executable, "-c", READ_FILES, "desired"]
+    for name, tree in (("YAML", yaml_tree), (".env", env_tree)):
+        elapsed, floor, ratio, _ = paired(reconcile("validate"), read_files, tree)
+        table.add(f"validate, one {name} file per node", elapsed, floor, ratio=ratio)
+    groups = sorted(timed(reconcile("validate"), group_tree, runs=1)[0] for _ in range(PAIRS))
+    table.add("validate, 5 NodeGroups (median)", groups[PAIRS // 2], 0.4)
     return table
 
 
@@ -486,13 +513,13 @@ def online(
     yaml_tree = root / "yaml"
     kubeconfig = target.kubeconfig(root)
     raw_list = [sys.executable, "-c", RAW_LIST, str(kubeconfig), "/api/v1/nodes"]
-    raw_time, raw_out, _ = timed(raw_list, root)
-    json_bytes = int(raw_out.split()[1])
-    target.clear()
+    json_bytes = int(timed(raw_list, root, runs=1)[1].split()[1])
     plan = reconcile("plan", "--kubeconfig", str(kubeconfig))
-    plan_time, _, plan_err = timed([*plan, "-v"], yaml_tree)
-    table.add("plan, in sync (process)", plan_time, raw_time)
-    table.note("plan requests (3 runs)", target.requests(plan_err))
+    plan_time, raw_time, ratio, _ = paired(plan, raw_list, yaml_tree)
+    table.add("plan, in sync (process; medians)", plan_time, raw_time, ratio=ratio)
+    target.clear()
+    plan_err = timed([*plan, "-v"], yaml_tree, runs=1)[2]
+    table.note("plan requests (one run)", target.requests(plan_err))
     plan_rss = peak_rss(plan, yaml_tree)
     idle_rss = peak_rss([sys.executable, "-c", IMPORTS], yaml_tree)
     table.add(

@@ -324,7 +324,7 @@ def apply(
                 progress=progress_bar("nodes"),
             )
             log.debug(
-                "%d node(s) and %d object(s) written in %.2f s",
+                "%d node(s) and %d object(s) written in %.3f s",
                 sum(1 for node in result.nodes if node.applied),
                 sum(1 for obj in result.objects if obj.changed is not None),
                 time.monotonic() - started,

@@ -834,4 +834,4 @@ def test_verbose_apply_says_what_it_wrote_and_how_long_it_took(
     assert verbose.code == 0, verbose.stderr
     assert verbose.stdout == "lab-node-1 nvidia.com/gpu.count 2\n"
     [line] = [line for line in verbose.stderr.splitlines() if "written in" in line]
-    assert re.fullmatch(r"note: 1 node\(s\) and 0 object\(s\) written in \d+\.\d\d s", line), line
+    assert re.fullmatch(r"note: 1 node\(s\) and 0 object\(s\) written in \d+\.\d\d\d s", line), line

@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -55,6 +55,7 @@ from reconcile.kube.objects import FIELD_MANAGER, ApiResource, LiveNode, NodeEve
 from reconcile.kube.validation import NAME_DNS_LABEL, NAME_DNS_SUBDOMAIN, NAME_PATH_SEGMENT
 
 PAGE_SIZE: Final = 500
+PAGES_AHEAD: Final = 4  # pages of a LIST of nodes fetched and not yet decoded, at most
 MERGE_PATCH: Final = "application/merge-patch+json"
 USER_AGENT: Final = "reconcile/0.1"
 
@@ -151,6 +152,10 @@ class _Configuration(Configuration):
             return
         self._refresh_due = now + REFRESH_INTERVAL
         hook(configuration)
+
+
+def _head(data: bytes) -> tuple[wire.PageHead, bytes]:
+    return wire.page_head(data), data
 
 
 def _call(fn: Callable[[], T], request: _Request, redact: Callable[[str], str] = _unchanged) -> T:
@@ -397,11 +402,8 @@ class Cluster:
             if decode is not None:
                 try:
                     return response.status, decode(response.data or b"")
-                except ValueError as e:  # what msgspec says of a body not in the shape
-                    raise ReconcileError(
-                        f"{method} {path} to {self.server}: the answer is not what an API "
-                        f"server sends ({e})"
-                    ) from None
+                except ValueError as e:
+                    raise self._not_an_answer(method, path, e) from None
             answer = json.loads(response.data) if response.data else None
             self.redactor.learn(answer)
             return response.status, answer
@@ -533,21 +535,40 @@ class Cluster:
         stop: threading.Event | None = None,
     ) -> tuple[list[LiveNode], str]:
         """Every node, and the resourceVersion of the list: where a watch of them starts.
-        Each page is decoded into the fields a plan reads (wire.py), the rest skipped.
+        Each page is decoded into the fields a plan reads (wire.py), the rest skipped, on
+        a thread of its own while the next page is asked for: the API server prepares a
+        page while the last one is decoded. At most PAGES_AHEAD pages wait undecoded.
         `stop` set ends it before the next page (ReadStopped)."""
-        nodes: list[LiveNode] = []
+        pages: list[Future[list[LiveNode]]] = []
         token: str | None = None
         version = ""
-        while True:
-            if stop is not None and stop.is_set():
-                raise ReadStopped("the read of the nodes was stopped")
-            query = {"labelSelector": label_selector, "limit": page_size, "continue": token}
-            page = self.request("GET", "/api/v1/nodes", query=query, decode=wire.node_page)
-            nodes.extend(page.nodes)
-            version = page.resource_version or version
-            token = page.continue_
-            if not token:
-                return nodes, version
+        with ThreadPoolExecutor(1, thread_name_prefix="reconcile-decode") as decoder:
+            while True:
+                if stop is not None and stop.is_set():
+                    raise ReadStopped("the read of the nodes was stopped")
+                query = {"labelSelector": label_selector, "limit": page_size, "continue": token}
+                head, data = self.request("GET", "/api/v1/nodes", query=query, decode=_head)
+                if len(pages) >= PAGES_AHEAD:
+                    pages[-PAGES_AHEAD].result()
+                pages.append(decoder.submit(self._page_nodes, data))
+                version = head.resource_version or version
+                token = head.continue_
+                if not token:
+                    break
+        return [node for page in pages for node in page.result()], version
+
+    def _page_nodes(self, data: bytes) -> list[LiveNode]:
+        try:
+            return wire.node_page(data).nodes
+        except ValueError as e:
+            raise self._not_an_answer("GET", "/api/v1/nodes", e) from None
+
+    def _not_an_answer(self, method: str, path: str, error: ValueError) -> ReconcileError:
+        """What msgspec says of a body not in the shape of the answer."""
+        return ReconcileError(
+            f"{method} {path} to {self.server}: the answer is not what an API server sends "
+            f"({error})"
+        )
 
     def watch_nodes(
         self, resource_version: str, *, timeout_seconds: int = 300

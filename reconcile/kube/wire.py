@@ -77,8 +77,23 @@ class _NodeList(msgspec.Struct):
     items: list[_Node] | None = None
 
 
+class PageHead(msgspec.Struct, frozen=True):
+    """What the next page of a LIST needs of this one: its list metadata."""
+
+    metadata: _ListMetadata = msgspec.field(default_factory=_ListMetadata)
+
+    @property
+    def continue_(self) -> str:
+        return self.metadata.continue_
+
+    @property
+    def resource_version(self) -> str:
+        return self.metadata.resourceVersion
+
+
 _NODE: Final = msgspec.json.Decoder(_Node)
 _NODE_LIST: Final = msgspec.json.Decoder(_NodeList)
+_PAGE_HEAD: Final = msgspec.json.Decoder(PageHead)
 _FIELDS: Final = msgspec.json.Decoder(dict[str, Any] | None)
 
 
@@ -159,6 +174,12 @@ def node_page(data: bytes) -> NodePage:
         page.metadata.continue_,
         page.metadata.resourceVersion,
     )
+
+
+def page_head(data: bytes) -> PageHead:
+    """A NodeList's metadata alone, its items checked as JSON and skipped: enough to ask
+    for the next page before this one is decoded."""
+    return _PAGE_HEAD.decode(data)
 
 
 def node_from_json(item: dict[str, Any]) -> LiveNode:

@@ -8,12 +8,15 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 import yaml
 
+from reconcile.serving import PromptHTTPServer
 from tests.support import TestCluster, run_cli
 
 
@@ -184,3 +187,48 @@ def test_a_progress_line_shows_on_a_terminal_and_never_in_a_pipe(
 
     piped = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert "reading nodes" not in piped.stderr
+
+
+class _BadSecondPage(BaseHTTPRequestHandler):
+    """Nodes in two pages, the second not in the shape of a NodeList."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/api/v1/nodes") and "continue=next" in self.path:
+            body: dict[str, object] = {
+                "metadata": {},
+                "items": [{"metadata": {"labels": {"a": 1}}}],
+            }
+        elif self.path.startswith("/api/v1/nodes"):
+            node = {"metadata": {"name": "lab-node-0", "resourceVersion": "1"}}
+            body = {"metadata": {"resourceVersion": "1", "continue": "next"}, "items": [node]}
+        else:
+            body = {"metadata": {"name": "kube-system", "uid": "u-1"}}
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_page_not_in_the_shape_of_a_node_list_is_one_error_naming_the_request(
+    workdir: Path, tmp_path: Path
+) -> None:
+    server = PromptHTTPServer(("127.0.0.1", 0), _BadSecondPage)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        address = f"http://127.0.0.1:{server.server_address[1]}"
+        result = run_cli("plan", cwd=workdir, kubeconfig=kubeconfig_for(address, tmp_path))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (result.code, result.stdout) == (2, "")
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"error: GET /api/v1/nodes to {address}: the answer is not what an API server sends "
+        "(Expected `str`, got `int`"
+    ), line

@@ -98,6 +98,17 @@ def test_a_page_of_a_list_carries_its_continue_token_and_version() -> None:
     assert dict(page.nodes[1].label_managers) == {}
 
 
+def test_the_head_of_a_page_is_its_list_metadata_and_its_items_are_only_checked() -> None:
+    body = b'{"metadata":{"resourceVersion":"10300","continue":"abc"},"items":[{"x":[1,{}]}]}'
+
+    head = wire.page_head(body)
+
+    assert (head.continue_, head.resource_version) == ("abc", "10300")
+    assert wire.page_head(b'{"metadata":{"resourceVersion":"7"},"items":null}').continue_ == ""
+    with pytest.raises(ValueError):
+        wire.page_head(b'{"metadata":{},"items":[1,')
+
+
 def test_the_last_page_has_no_token_and_an_empty_list_no_items() -> None:
     page = wire.node_page(b'{"kind":"NodeList","metadata":{"resourceVersion":"7"},"items":null}')
 

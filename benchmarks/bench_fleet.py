@@ -36,6 +36,7 @@ import os
 import re
 import shutil
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -155,25 +156,22 @@ def timed(command: list[str], cwd: Path, runs: int = RUNS) -> tuple[float, str, 
     return best
 
 
+def medians(pairs: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """The median of each side of `pairs` and the median of their ratios (a pair runs at
+    the same speed of a machine whose speed drifts)."""
+    return (
+        statistics.median(a for a, _ in pairs),
+        statistics.median(b for _, b in pairs),
+        statistics.median(a / b for a, b in pairs),
+    )
+
+
 def paired(
     command: list[str], floor: list[str], cwd: Path, pairs: int = PAIRS
-) -> tuple[float, float, float, str]:
-    """`command` and its `floor` run in turn, `pairs` times: the median wall time of
-    each, the median of the pairs' ratios (a pair runs at the same speed of a machine
-    whose speed drifts), and the first run's stderr."""
-    times: list[tuple[float, float]] = []
-    stderr = ""
-    for _ in range(pairs):
-        a, _, err = timed(command, cwd, runs=1)
-        b, _, _ = timed(floor, cwd, runs=1)
-        times.append((a, b))
-        stderr = stderr or err
-    ratios = sorted(a / b for a, b in times)
-    return (
-        sorted(a for a, _ in times)[pairs // 2],
-        sorted(b for _, b in times)[pairs // 2],
-        ratios[pairs // 2],
-        stderr,
+) -> tuple[float, float, float]:
+    """`command` and its `floor` run in turn, `pairs` times: their `medians`."""
+    return medians(
+        [(timed(command, cwd, runs=1)[0], timed(floor, cwd, runs=1)[0]) for _ in range(pairs)]
     )
 
 
@@ -498,10 +496,12 @@ def offline(size: int, labels: int, root: Path) -> Table:
     write_groups(group_tree, labels)
     read_files = [sys.executable, "-c", READ_FILES, "desired"]
     for name, tree in (("YAML", yaml_tree), (".env", env_tree)):
-        elapsed, floor, ratio, _ = paired(reconcile("validate"), read_files, tree)
+        elapsed, floor, ratio = paired(reconcile("validate"), read_files, tree)
         table.add(f"validate, one {name} file per node", elapsed, floor, ratio=ratio)
-    groups = sorted(timed(reconcile("validate"), group_tree, runs=1)[0] for _ in range(PAIRS))
-    table.add("validate, 5 NodeGroups (median)", groups[PAIRS // 2], 0.4)
+    groups = statistics.median(
+        timed(reconcile("validate"), group_tree, runs=1)[0] for _ in range(PAIRS)
+    )
+    table.add("validate, 5 NodeGroups (median)", groups, 0.4)
     return table
 
 
@@ -515,7 +515,7 @@ def online(
     raw_list = [sys.executable, "-c", RAW_LIST, str(kubeconfig), "/api/v1/nodes"]
     json_bytes = int(timed(raw_list, root, runs=1)[1].split()[1])
     plan = reconcile("plan", "--kubeconfig", str(kubeconfig))
-    plan_time, raw_time, ratio, _ = paired(plan, raw_list, yaml_tree)
+    plan_time, raw_time, ratio = paired(plan, raw_list, yaml_tree)
     table.add("plan, in sync (process; medians)", plan_time, raw_time, ratio=ratio)
     target.clear()
     plan_err = timed([*plan, "-v"], yaml_tree, runs=1)[2]
@@ -570,12 +570,13 @@ def online(
         assert written is not None, err
         nodes, seconds = int(written.group(1)), float(written.group(2))
         rates.append((nodes / seconds if seconds else 0.0, rate_floor))
+    rate, rate_floor, ratio = medians(rates)
     table.add(
         f"apply: PATCH rate at --parallel 8 ({nodes} nodes; medians of 3)",
-        sorted(r for r, _ in rates)[1],
-        sorted(f for _, f in rates)[1],
+        rate,
+        rate_floor,
         "/s",
-        ratio=sorted(r / f for r, f in rates)[1],
+        ratio=ratio,
     )
     table.note("apply lines", str(len(out.splitlines())))
     return table

@@ -543,7 +543,8 @@ def test_each_command_is_loaded_from_the_module_that_defines_it() -> None:
         importlib.import_module(f"reconcile.cli.{module}")
     defined = {name: command.callback.__module__ for name, command in main.commands.items()}
     assert defined == {name: f"reconcile.cli.{module}" for name, module in COMMANDS.items()}
-    assert all(f"\n  {name} " in run_cli("--help").stdout for name in COMMANDS)
+    listed = run_cli("--help").stdout
+    assert all(f"\n  {name} " in listed for name in COMMANDS)
 
 
 def test_a_command_imports_no_other_commands_module(workdir: Path) -> None:

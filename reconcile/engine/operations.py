@@ -93,6 +93,20 @@ def plan(
     `phase` hears the name of each step as it starts (for a progress line). `live` is
     the nodes when the caller holds them already (watch follows them), else they are read."""
     state = request.desired
+    # The objects first: their requests (the inventory, each dry-run) go out while the
+    # nodes, the long read, may still be coming in (Cluster.read_ahead). The inventory is
+    # read even with nothing declared: what a prune would delete is always known, and
+    # deleting all of it is refused unless asked for.
+    phase(f"planning {len(state.manifests)} object(s) by server-side dry-run")
+    objects = plan_objects(
+        state,
+        cluster,
+        prune=request.prune,
+        force=request.force_conflicts,
+        recreate=request.recreate,
+        allow_empty_prune=request.allow_empty_prune,
+        prune_namespace_contents=request.prune_namespace_contents,
+    )
     phase("reading nodes")
     server, uid = cluster.identity()
     live = list(live) if live is not None else cluster.list_nodes()
@@ -103,18 +117,6 @@ def plan(
         allow_empty_prune=request.allow_empty_prune,
         allow_missing_nodes=request.allow_missing_nodes,
         policy=policy,
-    )
-    # The inventory is read even with nothing declared: what a prune would delete is
-    # always known, and deleting all of it is refused unless asked for.
-    phase(f"planning {len(state.manifests)} object(s) by server-side dry-run")
-    objects = plan_objects(
-        state,
-        cluster,
-        prune=request.prune,
-        force=request.force_conflicts,
-        recreate=request.recreate,
-        allow_empty_prune=request.allow_empty_prune,
-        prune_namespace_contents=request.prune_namespace_contents,
     )
     projection = Projection(
         desired=state,

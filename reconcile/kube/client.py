@@ -334,10 +334,10 @@ class Cluster:
         return self.server, str((kube_system.get("metadata") or {}).get("uid") or "")
 
     def read_ahead(self) -> None:
-        """Start reading what every plan reads first, the cluster's identity and every
-        node, on a thread of its own while the caller reads desired/: the next
-        `identity()` and `list_nodes()` take what it read instead of asking again. It
-        only reads; `stop_reading_ahead()` ends it between two pages."""
+        """Start reading what every plan reads first, every node and the cluster's
+        identity, at once on threads of their own while the caller reads desired/: the
+        next `identity()` and `list_nodes()` take what was read instead of asking again.
+        It only reads; `stop_reading_ahead()` ends it between two pages."""
         self._ahead = _ReadAhead(self)
 
     def stop_reading_ahead(self) -> None:
@@ -728,32 +728,37 @@ class ReadStopped(ReconcileError):
 
 
 class _ReadAhead:
-    """The reads a plan makes first, made on a thread of their own: the cluster's
-    identity, then every node. Each is taken once; after that the cluster asks again."""
+    """The reads a plan makes first, each made on a thread of its own at once: every
+    node (the long one, asked for first) and the cluster's identity. Each is taken once;
+    after that the cluster asks again."""
 
     def __init__(self, cluster: Cluster) -> None:
         self._stop = threading.Event()
-        self._reads: dict[str, Future[Any]] = {"identity": Future(), "nodes": Future()}
         self._lock = threading.Lock()
-
-        steps: list[tuple[str, Callable[[], Any]]] = [
-            ("identity", cluster._read_identity),
-            ("nodes", lambda: cluster.list_nodes_at(stop=self._stop)[0]),
+        reads: dict[str, Callable[[], Any]] = {
+            "nodes": lambda: cluster.list_nodes_at(stop=self._stop)[0],
+            "identity": cluster._read_identity,
+        }
+        self._reads: dict[str, Future[Any]] = {name: Future() for name in reads}
+        self._threads = [
+            threading.Thread(
+                target=self._run,
+                args=(self._reads[name], name, read),
+                name=f"reconcile-read-{name}",
+                daemon=True,
+            )
+            for name, read in reads.items()
         ]
-        self._thread = threading.Thread(
-            target=self._run, args=(steps,), name="reconcile-read-ahead", daemon=True
-        )
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
-    def _run(self, steps: list[tuple[str, Callable[[], Any]]]) -> None:
-        for name, read in steps:
-            future = self._reads[name]
-            try:
-                if self._stop.is_set():
-                    raise ReadStopped(f"the read of {name} was stopped")
-                future.set_result(read())
-            except BaseException as e:  # the taker sees it, as if it had asked itself
-                future.set_exception(e)
+    def _run(self, future: Future[Any], name: str, read: Callable[[], Any]) -> None:
+        try:
+            if self._stop.is_set():
+                raise ReadStopped(f"the read of {name} was stopped")
+            future.set_result(read())
+        except BaseException as e:  # the taker sees it, as if it had asked itself
+            future.set_exception(e)
 
     def take(self, name: str) -> Future[Any] | None:
         """The read of `name`, once (None when it was taken already)."""
@@ -762,7 +767,8 @@ class _ReadAhead:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        for thread in self._threads:
+            thread.join()
 
 
 @dataclass(frozen=True)

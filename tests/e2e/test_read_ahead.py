@@ -20,6 +20,7 @@ from reconcile.sandbox.server import Route
 from tests.support import asked_beyond_read_ahead, copy_desired, lab_objects, run_cli
 
 PAGE = 500
+INVENTORY_PATH = "/api/v1/namespaces/default/configmaps/reconcile-inventory"
 
 
 class SlowNodePages(FaultInjector):
@@ -108,6 +109,57 @@ def test_a_plan_asks_for_the_cluster_and_each_page_of_nodes_once(tmp_path: Path)
         assert ["continue=" in r.query for r in pages] == [False, True]
         kube_system = [r for r in sandbox.requests if r.path == "/api/v1/namespaces/kube-system"]
         assert len(kube_system) == 1
+
+
+class IdentityAfterNodes(FaultInjector):
+    """The GET of kube-system held until a LIST of the nodes has come in (at most 5 s)."""
+
+    def __init__(self) -> None:
+        self.nodes_asked = threading.Event()
+        self.waited_for_nodes: bool | None = None
+
+    def before(self, method: str, route: Route | None) -> ApiStatus | str | None:
+        if route is None or method != "GET":
+            return None
+        if route.resource.plural == "nodes" and not route.name:
+            self.nodes_asked.set()
+        elif route.resource.plural == "namespaces" and route.name == "kube-system":
+            self.waited_for_nodes = self.nodes_asked.wait(5.0)
+        return None
+
+
+def test_the_nodes_are_asked_for_without_waiting_for_the_identity(tmp_path: Path) -> None:
+    """The two reads go out at once: a plan waits for the slower, not for their sum."""
+    work = _work(tmp_path)
+    held = IdentityAfterNodes()
+    with Sandbox(lab_objects("lab"), faults=held) as sandbox:
+        kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
+
+        result = run_cli("plan", cwd=work, kubeconfig=kubeconfig)
+
+        assert (result.code, result.stdout) == (1, "lab-node-1 nvidia.com/gpu.count 2\n")
+        assert held.waited_for_nodes is True
+
+
+def test_the_objects_are_planned_while_the_nodes_are_still_coming_in(tmp_path: Path) -> None:
+    work = _work(tmp_path)
+    objects = lab_objects("lab") + _many_nodes(2 * PAGE + 10)
+    with Sandbox(objects, faults=SlowNodePages(0.5)) as sandbox:
+        kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
+        sandbox.clear_requests()
+
+        result = run_cli("plan", cwd=work, kubeconfig=kubeconfig)
+
+        assert (result.code, result.stdout) == (1, "lab-node-1 nvidia.com/gpu.count 2\n")
+        order = [(r.verb, r.resource, r.path) for r in sandbox.requests]
+        inventory = order.index(("get", "configmaps", INVENTORY_PATH))
+        pages = [
+            i
+            for i, (verb, resource, _) in enumerate(order)
+            if (verb, resource) == ("list", "nodes")
+        ]
+        assert len(pages) == 3
+        assert inventory < pages[-1], order
 
 
 def test_a_broken_kubeconfig_and_an_invalid_tree_name_the_tree(tmp_path: Path) -> None:

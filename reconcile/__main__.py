@@ -1,5 +1,5 @@
 """`python -m reconcile`: the same as the `reconcile` command, name and completion included."""
 
-from reconcile.cli import main
+from reconcile.cli import run
 
-main(prog_name="reconcile")
+run()

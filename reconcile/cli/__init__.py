@@ -2,6 +2,6 @@
 The only package that prints or exits. Each command's module is imported when the
 command runs (app.COMMANDS)."""
 
-from reconcile.cli.app import main
+from reconcile.cli.app import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

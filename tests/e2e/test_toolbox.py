@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -534,6 +535,24 @@ def test_a_token_that_is_due_is_renewed_at_most_once_an_interval(
 def test_version() -> None:
     result = run_cli("--version")
     assert (result.code, result.stdout) == (0, "reconcile, version 0.1.0\n")
+
+
+def test_the_command_exits_with_what_it_made_out_of_the_last_collections() -> None:
+    """`reconcile` and `python -m reconcile` run `run`: the exit code is main's, and what
+    is alive at the end is frozen (the interpreter's final collections skip it)."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        assert tomllib.load(f)["project"]["scripts"] == {"reconcile": "reconcile.cli:run"}
+    script = (
+        "import atexit, gc, runpy, sys\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+        "sys.argv = ['reconcile', '--no-such-option']\n"
+        "runpy.run_module('reconcile', run_name='__main__')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout) == (2, "frozen True\n")
+    assert "--no-such-option" in done.stderr
 
 
 def test_each_command_is_loaded_from_the_module_that_defines_it() -> None:

@@ -148,7 +148,10 @@ _CANONICAL: Final = re.compile(
     + _GAP
     + rf"labels:[ ]*\n(?P<labels>(?:(?:{_LABEL}|[ ]*(?:#[^\n]*)?)\n)*(?:{_LABEL}|[ ]*(?:#[^\n]*)?)?)"
 )
-_PAIR: Final = re.compile(rf"\n  ({_KEY}):(?:[ ]+{_TOKEN})?")
+# A label line of a block _CANONICAL matched: its key, and the rest of the line (the
+# token, or nothing; a token with spaces after it is not one a cache knows, and falls to
+# the general reader). Simpler than the line's own expression, and half its time.
+_PAIR: Final = re.compile(rf"\n  ({_KEY}):[ ]*([^\n]*)")
 _BAD: Final = object()
 # key -> the one string every file's node holds for it (None: not a valid key); token ->
 # the value it reads as, when valid. Labels repeat across a fleet's files: checked once,
@@ -180,7 +183,7 @@ def _label_value(token: str) -> object:
         if isinstance(value, bool):
             value = _BAD
         elif value is not None:
-            _checked_value(value)
+            value = _checked_value(value)
     except Exception:
         value = _BAD
     if len(_label_values) < 100_000:
@@ -245,7 +248,7 @@ _LINE: Final = re.compile(
     r")(?:\n|\Z)"
 )
 _valid_keys: set[str] = set()
-_valid_values: set[str] = set()
+_valid_values: dict[str, str] = {}  # each valid value checked: the one string held for it
 
 
 def _checked_key(key: str) -> None:
@@ -255,11 +258,14 @@ def _checked_key(key: str) -> None:
             _valid_keys.add(key)
 
 
-def _checked_value(value: str) -> None:
-    if value not in _valid_values:
+def _checked_value(value: str) -> str:
+    """`value` when it is a valid label value (else the API server's error): the one
+    string held for it."""
+    shared = _valid_values.get(value)
+    if shared is None:
         _check_label_value(value)
-        if len(_valid_values) < 100_000:
-            _valid_values.add(value)
+        shared = _valid_values.setdefault(value, value) if len(_valid_values) < 100_000 else value
+    return shared
 
 
 def _node(text: str, file: str) -> DesiredNode:
@@ -354,19 +360,14 @@ def env_node(
     """A `.env` node file's node when its name, keys and values are all valid, else None
     (the full reader reports what is wrong)."""
     labels: dict[str, str | None] = {}
+    keys, known = _label_keys, _valid_values
     try:
         _check_object_name(name)
         for key, value in values.items():
-            shared = _label_keys[key] if key in _label_keys else _label_key(key)
+            shared = keys[key] if key in keys else _label_key(key)
             if shared is None:
                 return None
-            checked = _label_values.get(f'"{value}"', _BAD) if '"' not in value else _BAD
-            if checked is _BAD:
-                _checked_value(value)
-                checked = value
-                if len(_label_values) < 100_000 and '"' not in value and "\\" not in value:
-                    _label_values[f'"{value}"'] = value
-            labels[shared] = checked  # type: ignore[assignment]
+            labels[shared] = known.get(value) or _checked_value(value)
     except Exception:
         return None
     return DesiredNode(name, labels, Source(file, 1, 1), Lines(file, lines))

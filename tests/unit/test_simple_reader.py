@@ -45,6 +45,10 @@ BODIES = [
     'labels:\n  example.com/a: "a\\tb"\n',
     "labels:\n  example.com/a: &anchor x\n",
     "labels: {example.com/a: x}\n",
+    'labels:\n  example.com/a: "x"   \n  example.com/b: y  \n',
+    "labels:\n  example.com/a:   \n",
+    'labels:\n  # note: example.com/b: "y"\n  example.com/a: "x"\n',
+    'labels:\n  example.com/a: "x"',
 ]
 
 

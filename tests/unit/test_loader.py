@@ -353,6 +353,39 @@ def test_env_file_problems_have_lines(tree: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "labels"),
+    [
+        # A key without a prefix takes NFD's; a "/" in a value or a second in a key is refused.
+        ("gpu=a/b\n", None),
+        ("gpu=true\nnvidia.com/x/y=1\n", None),
+        ("# a/b\nnvidia.com/gpu.count=2\n", {"nvidia.com/gpu.count": "2"}),
+        ("nvidia.com/gpu.present\n", {"nvidia.com/gpu.present": "true"}),
+        (" nvidia.com/gpu.count = 2\n", None),
+        ("nvidia.com/gpu.count=2 \n", {"nvidia.com/gpu.count": "2"}),
+        (
+            "nvidia.com/gpu.count=2\r\nnvidia.com/mig=\r\n",
+            {"nvidia.com/gpu.count": "2", "nvidia.com/mig": ""},
+        ),
+        ("nvidia.com/gpu.count=2=3\n", None),
+        ("nvidia.com/a=1\nnvidia.com/a=1\n", None),
+    ],
+)
+def test_env_file_shapes(tree: Path, text: str, labels: dict[str, str] | None) -> None:
+    """A .env line is `key=value` (a bare key is "true", an unprefixed one NFD's), read
+    after the line is stripped; anything else is one error naming the file."""
+    write(tree / "nodes" / "n1.env", text)
+
+    state, problems = load_desired(tree)
+
+    if labels is None:
+        assert [p.severity for p in problems] == [Severity.ERROR], problems
+        assert problems[0].source is not None and problems[0].source.file == "desired/nodes/n1.env"
+    else:
+        assert problems == []
+        assert state.nodes["n1"].labels == labels
+
+
 def test_matrix_csv_is_read(tree: Path) -> None:
     write(
         tree / "drivers" / "m.csv",

@@ -559,7 +559,7 @@ class Cluster:
 
     def _page_nodes(self, data: bytes) -> list[LiveNode]:
         try:
-            return wire.node_page(data).nodes
+            return wire.page_nodes(data)
         except ValueError as e:
             raise self._not_an_answer("GET", "/api/v1/nodes", e) from None
 

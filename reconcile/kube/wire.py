@@ -73,8 +73,7 @@ class _ListMetadata(msgspec.Struct):
 
 
 class _NodeList(msgspec.Struct):
-    metadata: _ListMetadata = msgspec.field(default_factory=_ListMetadata)
-    items: list[_Node] | None = None
+    items: list[_Node] | None = None  # the list's metadata is PageHead's
 
 
 class PageHead(msgspec.Struct, frozen=True):
@@ -95,15 +94,6 @@ _NODE: Final = msgspec.json.Decoder(_Node)
 _NODE_LIST: Final = msgspec.json.Decoder(_NodeList)
 _PAGE_HEAD: Final = msgspec.json.Decoder(PageHead)
 _FIELDS: Final = msgspec.json.Decoder(dict[str, Any] | None)
-
-
-class NodePage(msgspec.Struct, frozen=True):
-    """One page of a LIST of nodes: its nodes, the token of the next page ("" after the
-    last) and the resourceVersion of the list."""
-
-    nodes: list[LiveNode]
-    continue_: str
-    resource_version: str
 
 
 # One string object for each label key and value, and one copy of each writer's label
@@ -166,14 +156,10 @@ def node(data: bytes) -> LiveNode:
     return _live(_NODE.decode(data))
 
 
-def node_page(data: bytes) -> NodePage:
-    """A NodeList's JSON: one page of a LIST."""
-    page = _NODE_LIST.decode(data)
-    return NodePage(
-        [_live(item) for item in page.items or ()],
-        page.metadata.continue_,
-        page.metadata.resourceVersion,
-    )
+def page_nodes(data: bytes) -> list[LiveNode]:
+    """The nodes of a NodeList's JSON, one page of a LIST (its token and version are
+    `page_head`'s)."""
+    return [_live(item) for item in _NODE_LIST.decode(data).items or ()]
 
 
 def page_head(data: bytes) -> PageHead:

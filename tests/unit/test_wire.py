@@ -89,13 +89,14 @@ def test_a_page_of_a_list_carries_its_continue_token_and_version() -> None:
         "items": [NODE, second],
     }
 
-    page = wire.node_page(json.dumps(body).encode())
+    data = json.dumps(body).encode()
+    nodes, head = wire.page_nodes(data), wire.page_head(data)
 
-    assert [n.name for n in page.nodes] == ["gpu-1", "gpu-2"]
-    assert page.continue_ == "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"
-    assert page.resource_version == "10300"
-    assert not page.nodes[1].ready and page.nodes[1].unschedulable
-    assert dict(page.nodes[1].label_managers) == {}
+    assert [n.name for n in nodes] == ["gpu-1", "gpu-2"]
+    assert head.continue_ == "eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"
+    assert head.resource_version == "10300"
+    assert not nodes[1].ready and nodes[1].unschedulable
+    assert dict(nodes[1].label_managers) == {}
 
 
 def test_the_head_of_a_page_is_its_list_metadata_and_its_items_are_only_checked() -> None:
@@ -110,9 +111,10 @@ def test_the_head_of_a_page_is_its_list_metadata_and_its_items_are_only_checked(
 
 
 def test_the_last_page_has_no_token_and_an_empty_list_no_items() -> None:
-    page = wire.node_page(b'{"kind":"NodeList","metadata":{"resourceVersion":"7"},"items":null}')
+    data = b'{"kind":"NodeList","metadata":{"resourceVersion":"7"},"items":null}'
+    head = wire.page_head(data)
 
-    assert (page.nodes, page.continue_, page.resource_version) == ([], "", "7")
+    assert (wire.page_nodes(data), head.continue_, head.resource_version) == ([], "", "7")
 
 
 def test_the_dict_form_of_a_watch_event_reads_the_same() -> None:
@@ -125,7 +127,7 @@ def test_the_dict_form_of_a_watch_event_reads_the_same() -> None:
 )
 def test_an_answer_not_in_the_shape_of_a_node_list_is_a_value_error(body: bytes) -> None:
     with pytest.raises(ValueError):
-        wire.node_page(body)
+        wire.page_nodes(body)
 
 
 def test_labels_that_repeat_across_nodes_are_held_once() -> None:
@@ -147,7 +149,7 @@ def test_labels_that_repeat_across_nodes_are_held_once() -> None:
     ]
     body = json.dumps({"metadata": {}, "items": nodes}).encode()
 
-    first, second = wire.node_page(body).nodes
+    first, second = wire.page_nodes(body)
 
     [(key_1, value_1)] = first.labels.items()
     [(key_2, value_2)] = second.labels.items()

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from reconcile import diagnostics as diag
 from reconcile import files as safefiles
 from reconcile.desired import loader
-from reconcile.desired.models import FLEET, DesiredState, Fleet, FleetCluster
+from reconcile.desired.models import FLEET, NODE_FEATURES, DesiredState, Fleet, FleetCluster
 from reconcile.diagnostics import Diagnostic, Source
 
 FLEET_FILE: Final = "clusters.yaml"
@@ -63,14 +63,20 @@ def load(root: Path) -> tuple[DesiredFleet | None, DesiredState, list[Diagnostic
     return fleet, DesiredState(), problems
 
 
+# A file the reader walked: (its path as text, why it is refused or None, the directory
+# its areas are relative to: desired/ for the base, the cluster's overlay for an overlay).
+_Entry = tuple[str, str | None, Path]
+
+
 class _FleetReader:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.shown_root = diag.relative(root, Path.cwd().resolve())
+        self.names = loader.FileNames(root)
+        self.shown_root = self.names.shown_root
         self.problems: list[Diagnostic] = []
 
-    def name(self, path: Path) -> str:
-        return str(Path(self.shown_root) / path.relative_to(self.root))
+    def name(self, path: str | Path) -> str:
+        return self.names.shown(path)
 
     def read(self) -> DesiredFleet | None:
         fleet_path = self.root / FLEET_FILE
@@ -78,23 +84,23 @@ class _FleetReader:
         if model is None:
             return None
         names = [c.name for c in model.clusters]
-        base: list[tuple[Path, str | None, Path]] = []
-        overlays: dict[str, list[tuple[Path, str | None, Path]]] = {n: [] for n in names}
+        base: list[_Entry] = []
+        overlays: dict[str, list[_Entry]] = {n: [] for n in names}
+        overlay_roots = {n: self.root / OVERLAYS / n for n in names}
         for text, refused in safefiles.walk(self.root):
-            path = Path(text)
-            relative = path.relative_to(self.root)
-            top = relative.parts[0]
-            if path == fleet_path:
+            parts = self.names.relative(text).split("/")
+            top = parts[0]
+            if parts == [FLEET_FILE]:
                 continue
-            if top == OVERLAYS and len(relative.parts) > 2:
-                cluster = relative.parts[1]
+            if top == OVERLAYS and len(parts) > 2:
+                cluster = parts[1]
                 if cluster in overlays:
-                    overlays[cluster].append((path, refused, self.root / OVERLAYS / cluster))
+                    overlays[cluster].append((text, refused, overlay_roots[cluster]))
                 else:
                     self.problems.append(
                         diag.error(
                             f"an overlay for cluster {cluster}, which {FLEET_FILE} does not name",
-                            Source(self.name(path), 1, 1),
+                            Source(self.name(text), 1, 1),
                             f"the fleet's clusters: {', '.join(names)}; add it to "
                             f"{self.name(fleet_path)} or move the directory",
                         )
@@ -103,17 +109,21 @@ class _FleetReader:
                 self.problems.append(
                     diag.error(
                         "node files do not belong in the base of a fleet",
-                        Source(self.name(path), 1, 1),
+                        Source(self.name(text), 1, 1),
                         "node names belong to a cluster: move it to "
                         f"{self.shown_root}/{OVERLAYS}/<cluster>/nodes/",
                     )
                 )
             else:
-                base.append((path, refused, self.root))
+                base.append((text, refused, self.root))
         base_ids = {found for found, _, _ in self._identities(base)}
+        # An overlay's node files are most of a fleet's files. One shadows nothing unless
+        # the base declares nodes (which is an error of its own) or it holds a directive:
+        # the others are not parsed here, only by the tree's reader.
+        nodes_shadow = any(kind == NODE_FEATURES for _, kind, _, _ in base_ids)
         trees = {}
         for name in names:
-            trees[name] = self._tree(name, base, overlays[name], base_ids)
+            trees[name] = self._tree(name, base, overlays[name], base_ids, nodes_shadow)
         return DesiredFleet(model.metadata.name, tuple(model.clusters), trees, where)
 
     def _fleet(self, path: Path) -> tuple[Fleet | None, Source]:
@@ -140,17 +150,25 @@ class _FleetReader:
             return None, where
 
     def _identities(
-        self, entries: list[tuple[Path, str | None, Path]]
+        self, entries: list[_Entry], *, node_files: bool = True
     ) -> Iterator[tuple[loader.Identity, object, Source]]:
         """(identity, its `$patch` directive or None, where) of every YAML document in
         `entries`; files that cannot be read or parsed are skipped (the tree's reader
-        reports them)."""
+        reports them). Without `node_files`, a node file is skipped unless it may hold a
+        directive: the key `$patch` written out, or a backslash (an escape could spell it)."""
         for path, refused, _ in entries:
-            if refused is not None or path.suffix.lower() not in loader.YAML_SUFFIXES:
+            if refused is not None or not path.lower().endswith(loader.YAML_SUFFIXES):
                 continue
             try:
                 text = safefiles.read_regular(path).decode("utf-8")
             except (safefiles.UnsafeFile, UnicodeDecodeError, OSError):
+                continue
+            if (
+                not node_files
+                and self._is_node_file(path)
+                and loader.PATCH_DIRECTIVE not in text
+                and "\\" not in text
+            ):
                 continue
             documents, problems = loader.parse_yaml(text, self.name(path))
             if problems:
@@ -161,15 +179,21 @@ class _FleetReader:
                     assert isinstance(doc.data, dict)  # identity() found one
                     yield found, doc.data.get(loader.PATCH_DIRECTIVE), doc.at(())
 
+    def _is_node_file(self, path: str) -> bool:
+        """An overlay's nodes/<file>."""
+        parts = self.names.relative(path).split("/")
+        return len(parts) == 4 and parts[0] == OVERLAYS and parts[2] == "nodes"
+
     def _tree(
         self,
         name: str,
-        base: list[tuple[Path, str | None, Path]],
-        overlay: list[tuple[Path, str | None, Path]],
+        base: list[_Entry],
+        overlay: list[_Entry],
         base_ids: set[loader.Identity],
+        nodes_shadow: bool,
     ) -> DesiredState:
         shadowed: set[loader.Identity] = set()
-        for found, directive, where in self._identities(overlay):
+        for found, directive, where in self._identities(overlay, node_files=nodes_shadow):
             if directive is not None and directive != "delete":
                 self.problems.append(
                     diag.error(

@@ -358,6 +358,28 @@ class Layer:
     shadowed: frozenset[Identity]
 
 
+class FileNames:
+    """How the files under `root` are named: in messages, relative to the working
+    directory when inside it; in the digest, relative to the root. By string slicing:
+    pathlib's relative_to costs more than reading a small file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.shown_root = diag.relative(root, Path.cwd().resolve())
+        self._shown_prefix = "" if self.shown_root in ("", ".") else self.shown_root + "/"
+        self._root_prefix = str(root).rstrip("/") + "/"
+
+    def shown(self, path: str | Path) -> str:
+        relative = self.relative(path)
+        return self._shown_prefix + relative if relative != "." else self.shown_root
+
+    def relative(self, path: str | Path) -> str:
+        text = str(path)
+        if text.startswith(self._root_prefix):
+            return text[len(self._root_prefix) :]
+        return Path(path).relative_to(self.root).as_posix()
+
+
 class _Loader:
     def __init__(
         self,
@@ -369,10 +391,7 @@ class _Loader:
         # (file, why it is refused or None, the directory its areas are relative to)
         self.entries = entries
         self.layer = layer
-        self._cwd = Path.cwd().resolve()
-        self._shown_root = diag.relative(root, self._cwd)
-        self._shown_prefix = "" if self._shown_root in ("", ".") else self._shown_root + "/"
-        self._root_prefix = str(root).rstrip("/") + "/"
+        self._names = FileNames(root)
         self.problems: list[Diagnostic] = []
         self.nodes: dict[str, DesiredNode] = {}
         self.matrix: dict[str, MatrixRow] = {}
@@ -383,16 +402,11 @@ class _Loader:
 
     def name(self, path: str | Path) -> str:
         """How a file is named in messages: relative to the working directory when inside it."""
-        relative = self.relative(path)
-        return self._shown_prefix + relative if relative != "." else self._shown_root
+        return self._names.shown(path)
 
     def relative(self, path: str | Path) -> str:
-        """`path` relative to the root, as text (string slicing: pathlib's relative_to
-        costs more than reading a small file)."""
-        text = str(path)
-        if text.startswith(self._root_prefix):
-            return text[len(self._root_prefix) :]
-        return Path(path).relative_to(self.root).as_posix()
+        """`path` relative to the root, as text."""
+        return self._names.relative(path)
 
     def load(self) -> DesiredState:
         if not self.root.is_dir():
@@ -919,12 +933,12 @@ def load_desired(root: Path) -> tuple[DesiredState, list[Diagnostic]]:
 
 
 def load_with(
-    root: Path, entries: list[tuple[Path, str | None, Path]], layer: Layer
+    root: Path, entries: list[tuple[str, str | None, Path]], layer: Layer
 ) -> tuple[DesiredState, list[Diagnostic]]:
     """The desired state of the given files under `root` (each with the directory its
     areas are relative to), `layer`'s documents replacing base ones (a fleet cluster)."""
-    ordered = sorted(entries, key=lambda e: e[0])
-    loader = _Loader(root, [(str(path), refused, base) for path, refused, base in ordered], layer)
+    ordered = sorted(entries, key=lambda e: e[0].split("/"))
+    loader = _Loader(root, ordered, layer)
     state = loader.load()
     return state, sorted(loader.problems, key=diag.sort_key)
 

@@ -262,6 +262,22 @@ def test_the_example_fleet_validates(tmp_path: Path) -> None:
             "merge: `$patch: delete` excludes the base document of the same apiVersion, kind, "
             "namespace and name for this cluster",
         ),
+        # A node file is read for its directive too: written out, or spelled by an escape.
+        (
+            "clusters/lab/nodes/gone.yaml",
+            "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata: {name: gone}\n"
+            "$patch: delete\n",
+            "desired/clusters/lab/nodes/gone.yaml:1:1: excludes NodeFeatures/gone, which the "
+            "base does not declare: an overlay excludes base documents only; remove this one",
+        ),
+        (
+            "clusters/lab/nodes/merge.yaml",
+            "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata: {name: merge}\n"
+            '"\\x24patch": merge\n',
+            "desired/clusters/lab/nodes/merge.yaml:1:1: unknown directive $patch: "
+            "merge: `$patch: delete` excludes the base document of the same apiVersion, kind, "
+            "namespace and name for this cluster",
+        ),
     ],
 )
 def test_validate_refuses_what_a_fleet_cannot_mean(

@@ -5,7 +5,7 @@
 
 | figure | floor |
 | --- | --- |
-| `validate` of one file per node (YAML, and `.env`) | a Python process that reads the same files |
+| `validate` of one file per node (YAML, `.env`, and YAML in a fleet of 3 clusters' overlays) | a Python process that reads the same files |
 | `validate` of the fleet declared by 5 NodeGroups | 0.4 s (process start included) |
 | `plan` of the fleet in sync | a Python process: paginated LIST with http.client and json |
 | pods read by the impact check (drifted nodes) | a paginated LIST of every pod with http.client |
@@ -124,6 +124,31 @@ def write_nodes(nodes: Path, indices: range, labels: int, *, env: bool) -> None:
             "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\n"
             f"metadata:\n  name: gpu-{i:05d}\nlabels:\n{body}\n"
         )
+
+
+FLEET_CLUSTERS = 3
+
+
+def write_fleet(tree: Path, size: int, labels: int) -> list[str]:
+    """The same nodes as a fleet of FLEET_CLUSTERS clusters, each with a share of the
+    node files in its overlay; the clusters' names."""
+    per = size // FLEET_CLUSTERS
+    names = [f"pool-{c}" for c in range(FLEET_CLUSTERS)]
+    desired = tree / "desired"
+    desired.mkdir(parents=True)
+    (desired / "clusters.yaml").write_text(
+        "apiVersion: reconcile.dev/v1alpha1\nkind: Fleet\nmetadata:\n  name: bench\nclusters:\n"
+        + "".join(f"- {{name: {n}, context: {n}}}\n" for n in names)
+    )
+    for index, name in enumerate(names):
+        share = range(index * per, (index + 1) * per)
+        write_nodes(desired / "clusters" / name / "nodes", share, labels, env=False)
+    return names
+
+
+def names_of(tree: Path) -> list[str]:
+    """The clusters of the fleet `write_fleet` wrote into `tree`."""
+    return sorted(p.name for p in (tree / "desired" / "clusters").iterdir())
 
 
 def write_groups(root: Path, labels: int) -> None:
@@ -496,10 +521,15 @@ def offline(size: int, labels: int, root: Path) -> Table:
     yaml_tree, env_tree, group_tree = root / "yaml", root / "env", root / "groups"
     write_nodes(env_tree / "desired" / "nodes", range(size), labels, env=True)
     write_groups(group_tree, labels)
+    write_fleet(root / "fleet", size, labels)
     read_files = [sys.executable, "-c", READ_FILES, "desired"]
-    for name, tree in (("YAML", yaml_tree), (".env", env_tree)):
+    for name, tree in (
+        ("one YAML file per node", yaml_tree),
+        ("one .env file per node", env_tree),
+        (f"a fleet of {FLEET_CLUSTERS} clusters, one YAML file per node", root / "fleet"),
+    ):
         elapsed, floor, ratio = paired(reconcile("validate"), read_files, tree)
-        table.add(f"validate, one {name} file per node", elapsed, floor, ratio=ratio)
+        table.add(f"validate, {name}", elapsed, floor, ratio=ratio)
     groups = statistics.median(
         timed(reconcile("validate"), group_tree, runs=1)[0] for _ in range(PAIRS)
     )
@@ -584,26 +614,16 @@ def online(
     return table
 
 
-FLEET_CLUSTERS = 3
-
-
 def fleet(size: int, labels: int, root: Path) -> Table:
     """A fleet of clusters, each a sandbox in a process of its own holding a share of the
     nodes: `plan` of the whole fleet against the slowest cluster planned alone."""
     per = size // FLEET_CLUSTERS
     table = Table(f"a fleet of {FLEET_CLUSTERS} clusters of {per:,} nodes, sandboxes")
-    tree = root / "fleet"
-    desired = tree / "desired"
-    names = [f"pool-{c}" for c in range(FLEET_CLUSTERS)]
-    desired.mkdir(parents=True)
-    (desired / "clusters.yaml").write_text(
-        "apiVersion: reconcile.dev/v1alpha1\nkind: Fleet\nmetadata:\n  name: bench\nclusters:\n"
-        + "".join(f"- {{name: {n}, context: {n}}}\n" for n in names)
-    )
+    tree = root / "fleet"  # offline() wrote it
     servers: list[subprocess.Popen[str]] = []
     merged: dict[str, Any] = {}
     try:
-        for index, name in enumerate(names):
+        for index, name in enumerate(names_of(tree)):
             nodes = seed_nodes((index + 1) * per, labels)[index * per :]
             seed = tree / f"{name}.json"
             seed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
@@ -623,8 +643,6 @@ def fleet(size: int, labels: int, root: Path) -> Table:
                     text=True,
                 )
             )
-            share = range(index * per, (index + 1) * per)
-            write_nodes(desired / "clusters" / name / "nodes", share, labels, env=False)
             for _ in range(600):
                 if kubeconfig.exists() and kubeconfig.stat().st_size:
                     break
@@ -643,7 +661,7 @@ def fleet(size: int, labels: int, root: Path) -> Table:
         kubeconfig.write_text(json.dumps(merged))
         plan = reconcile("plan", "--kubeconfig", str(kubeconfig))
         whole, _, _ = timed(plan, tree)
-        alone = max(timed([*plan, "--cluster", name], tree)[0] for name in names)
+        alone = max(timed([*plan, "--cluster", name], tree)[0] for name in names_of(tree))
         table.add("plan of the fleet, against its slowest cluster alone", whole, alone)
     finally:
         for server in servers:

@@ -67,19 +67,35 @@ class Globals:
     output: Format
     request_timeout: float = 30.0
     connected: list[Cluster] = dataclasses.field(default_factory=list)
+    # A fleet's clusters connected to before desired/ was read (reading_ahead): each
+    # taken by the first `connect` of its target, or the error connecting to it met.
+    ahead: dict[str, Cluster | ReconcileError] = dataclasses.field(default_factory=dict)
 
     def connect(self, timeout: float | None = None, target: Target | None = None) -> Cluster:
         """The cluster (a fleet's `target`); transient failures are retried until `timeout`
         (overall) runs out."""
+        if target is None or target.name is None:
+            in_cluster = target is not None and target.in_cluster
+            return self.connect_to(timeout, self.context, in_cluster=in_cluster)
+        found = self.ahead.pop(target.name, None)
+        if isinstance(found, ReconcileError):
+            raise found
+        if found is not None:
+            return found
+        return self.connect_to(timeout, target.context, in_cluster=target.in_cluster)
+
+    def connect_to(
+        self, timeout: float | None, context: str | None, *, in_cluster: bool = False
+    ) -> Cluster:
+        """The cluster of kubeconfig `context` (or the one reconcile runs in)."""
         from reconcile.kube.client import Cluster
 
-        in_fleet = target is not None and target.name is not None
         cluster = Cluster.connect(
             self.kubeconfig,
-            target.context if target is not None and in_fleet else self.context,
+            context,
             request_timeout=self.request_timeout,
             timeout=timeout,
-            in_cluster=target is not None and target.in_cluster,
+            in_cluster=in_cluster,
         )
         if not cluster.tls_verified and all(c.server != cluster.server for c in self.connected):
             log.warning("TLS verification is off for %s", cluster.server)
@@ -92,15 +108,29 @@ class Globals:
 
 
 @contextmanager
-def reading_ahead(g: Globals, timeout: float | None) -> Iterator[Callable[[], Cluster]]:
+def reading_ahead(
+    g: Globals, timeout: float | None, *, fleet_clusters: tuple[str, ...] | None = None
+) -> Iterator[Callable[[], Cluster]]:
     """The kubeconfig's cluster, what every plan reads first (its identity, every node)
     already being read while the caller reads desired/: at fleet scale the LIST is most of
     a plan, and the API server answers it while desired/ is parsed. Only reads go out
     before desired/ is known to be valid; when the caller stops early (an invalid tree),
     the reads stop too. A kubeconfig problem is raised when the cluster is asked for, so
-    desired/'s own problems come first, as ever. A fleet connects to each cluster later."""
+    desired/'s own problems come first, as ever.
+
+    In a fleet, with `fleet_clusters` (the --cluster names, () for all), each cluster
+    clusters.yaml names is read ahead the same way and taken by `g.connect` for its
+    target; without it (apply: its waves read each cluster when they reach it), a fleet
+    connects to each cluster later."""
     if (g.desired / "clusters.yaml").is_file():
-        yield g.connect_later(timeout)
+        started = _fleet_ahead(g, timeout, fleet_clusters) if fleet_clusters is not None else []
+        try:
+            yield g.connect_later(timeout)
+        finally:
+            for cluster in started:
+                cluster.stop_reading_ahead(wait=False)
+            for cluster in started:
+                cluster.stop_reading_ahead()
         return
     try:
         cluster = g.connect(timeout)
@@ -117,6 +147,30 @@ def reading_ahead(g: Globals, timeout: float | None) -> Iterator[Callable[[], Cl
         yield lambda: cluster
     finally:
         cluster.stop_reading_ahead()
+
+
+def _fleet_ahead(g: Globals, timeout: float | None, chosen: tuple[str, ...]) -> list[Cluster]:
+    """Each chosen cluster of the fleet connected to and read ahead (g.ahead), when
+    clusters.yaml reads on its own and the command line is one the fleet accepts; the
+    clusters reading."""
+    from reconcile.desired import fleet as fleets
+
+    found = fleets.clusters(g.desired)
+    if found is None or g.context or not set(chosen) <= {c.name for c in found}:
+        return []  # refused or reported once desired/ is read: nothing is asked
+    started = []
+    for member in found:
+        if chosen and member.name not in chosen:
+            continue
+        try:
+            cluster = g.connect_to(timeout, member.context, in_cluster=member.inCluster)
+        except ReconcileError as e:
+            g.ahead[member.name] = e  # the cluster's own error, when its plan asks for it
+            continue
+        cluster.read_ahead()
+        g.ahead[member.name] = cluster
+        started.append(cluster)
+    return started
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

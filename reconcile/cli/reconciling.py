@@ -196,7 +196,7 @@ def plan(
     every cluster (or each --cluster), each line prefixed by the cluster's name."""
     if out_file is not None:
         _check_writable(out_file)
-    with errors_to_exit_codes(), reading_ahead(g, timeout) as connected:
+    with errors_to_exit_codes(), reading_ahead(g, timeout, fleet_clusters=clusters) as connected:
         fleet, targets = load_targets(g, clusters)
         request = _plan_request(
             targets[0].state,

@@ -63,6 +63,13 @@ def load(root: Path) -> tuple[DesiredFleet | None, DesiredState, list[Diagnostic
     return fleet, DesiredState(), problems
 
 
+def clusters(root: Path) -> tuple[FleetCluster, ...] | None:
+    """The clusters `root`/clusters.yaml names, when that file reads and validates on its
+    own (the rest of the tree unread); None otherwise (`load` says why)."""
+    model, _ = _FleetReader(root)._fleet(root / FLEET_FILE)
+    return None if model is None else tuple(model.clusters)
+
+
 # A file the reader walked: (its path as text, why it is refused or None, the directory
 # its areas are relative to: desired/ for the base, the cluster's overlay for an overlay).
 _Entry = tuple[str, str | None, Path]

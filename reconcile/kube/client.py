@@ -340,11 +340,16 @@ class Cluster:
         It only reads; `stop_reading_ahead()` ends it between two pages."""
         self._ahead = _ReadAhead(self)
 
-    def stop_reading_ahead(self) -> None:
-        """Stop the read ahead (after the request in flight) and forget what it read."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead.stop()
+    def stop_reading_ahead(self, *, wait: bool = True) -> None:
+        """Stop the read ahead (after the request in flight) and forget what it read.
+        Without `wait`, only tell it to stop (several clusters are told at once, then
+        waited for: none reads on while another's request in flight is awaited)."""
+        ahead = self._ahead
+        if ahead is None:
+            return
+        ahead.stop(wait=wait)
+        if wait:
+            self._ahead = None
 
     def close(self) -> None:
         self.api_client.close()
@@ -765,10 +770,11 @@ class _ReadAhead:
         with self._lock:
             return self._reads.pop(name, None)
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join()
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,22 @@ node is read once.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import shutil
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from reconcile.sandbox import FaultInjector, Sandbox
 from reconcile.sandbox.errors import ApiStatus
+from reconcile.sandbox.main import merged_kubeconfig
 from reconcile.sandbox.server import Route
-from tests.support import asked_beyond_read_ahead, copy_desired, lab_objects, run_cli
+from tests.support import REPO, asked_beyond_read_ahead, copy_desired, lab_objects, run_cli
 
 PAGE = 500
 INVENTORY_PATH = "/api/v1/namespaces/default/configmaps/reconcile-inventory"
@@ -178,3 +185,97 @@ def test_a_broken_kubeconfig_and_an_invalid_tree_name_the_tree(tmp_path: Path) -
         assert [line for line in lines if line.startswith("error:")] == [
             "error: 1 error(s): nothing was changed in the cluster"
         ]
+
+
+# --- a fleet: each cluster read ahead the same way ------------------------------------------
+
+FLEET = REPO / "examples" / "fleet"
+FLEET_CLUSTERS = ("lab", "driver-lab")
+
+
+class Arrivals(SlowNodePages):
+    """What each request asks for, in the order the requests arrive."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__(delay)
+        self.order: list[tuple[str, str, str]] = []
+
+    def before(self, method: str, route: Route | None) -> ApiStatus | str | None:
+        if route is not None:
+            with self._lock:
+                self.order.append((method, route.resource.plural, route.name or ""))
+        return super().before(method, route)
+
+
+@contextlib.contextmanager
+def _fleet(tmp_path: Path, nodes: int = 0, delay: float = 0.0) -> Iterator[list[Arrivals]]:
+    """The example fleet on a sandbox per cluster (with `nodes` more nodes each, each
+    page of nodes answered after `delay`), in tmp_path/work with tmp_path/kubeconfig."""
+    shutil.copytree(FLEET, tmp_path / "work")
+    heard = [Arrivals(delay) for _ in FLEET_CLUSTERS]
+    with contextlib.ExitStack() as stack:
+        started = [
+            stack.enter_context(Sandbox(lab_objects(seed) + _many_nodes(nodes), faults=faults))
+            for seed, faults in zip(FLEET_CLUSTERS, heard, strict=True)
+        ]
+        (tmp_path / "kubeconfig").write_text(
+            json.dumps(merged_kubeconfig(started, list(FLEET_CLUSTERS)))
+        )
+        for sandbox in started:
+            sandbox.clear_requests()
+        yield heard
+
+
+def test_a_fleet_plan_reads_each_clusters_nodes_while_it_reads_desired(tmp_path: Path) -> None:
+    with _fleet(tmp_path) as heard:
+        result = run_cli("plan", cwd=tmp_path / "work", kubeconfig=tmp_path / "kubeconfig")
+
+        assert result.code == 1, result.stderr
+        for arrivals in heard:
+            # The nodes were asked for before the tree was read: before the inventory,
+            # which the plan asks for first once it has the tree.
+            order = arrivals.order
+            inventory = ("GET", "configmaps", "reconcile-inventory")
+            assert order.index(("GET", "nodes", "")) < order.index(inventory), order
+            assert order.count(("GET", "nodes", "")) == 1  # each page once
+            assert order.count(("GET", "namespaces", "kube-system")) == 1  # the identity once
+
+
+def test_an_invalid_fleet_tree_stops_every_clusters_read(tmp_path: Path) -> None:
+    with _fleet(tmp_path, nodes=3 * PAGE + 10, delay=0.3) as heard:
+        work = tmp_path / "work"
+        node = work / "desired" / "clusters" / "lab" / "nodes" / "lab-node-1.yaml"
+        node.write_text(node.read_text().replace('gpu.count: "2"', "gpu.count: 2"))
+
+        result = run_cli("plan", cwd=work, kubeconfig=tmp_path / "kubeconfig")
+
+        assert result.code == 2
+        assert result.stderr.startswith("desired/clusters/lab/nodes/lab-node-1.yaml:")
+        for arrivals in heard:
+            assert set(arrivals.order) <= {
+                ("GET", "nodes", ""),
+                ("GET", "namespaces", "kube-system"),
+            }
+            assert arrivals.pages <= 1  # stopped after the page in flight
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("apply",),  # apply reaches each cluster with its wave
+        ("plan", "--context", "lab"),  # refused: a fleet names its contexts
+        ("plan", "--cluster", "nope"),  # refused: no such cluster
+    ],
+)
+def test_a_fleet_command_that_reads_no_cluster_ahead_asks_nothing(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    with _fleet(tmp_path) as heard:
+        work = tmp_path / "work"
+        node = work / "desired" / "clusters" / "lab" / "nodes" / "lab-node-1.yaml"
+        node.write_text(node.read_text().replace('gpu.count: "2"', "gpu.count: 2"))
+
+        result = run_cli(*args, cwd=work, kubeconfig=tmp_path / "kubeconfig")
+
+        assert result.code == 2
+        assert [arrivals.order for arrivals in heard] == [[], []]

@@ -127,28 +127,22 @@ def write_nodes(nodes: Path, indices: range, labels: int, *, env: bool) -> None:
 
 
 FLEET_CLUSTERS = 3
+FLEET_NAMES = [f"pool-{c}" for c in range(FLEET_CLUSTERS)]
 
 
-def write_fleet(tree: Path, size: int, labels: int) -> list[str]:
-    """The same nodes as a fleet of FLEET_CLUSTERS clusters, each with a share of the
-    node files in its overlay; the clusters' names."""
+def write_fleet(tree: Path, size: int, labels: int) -> None:
+    """The same nodes as a fleet of the FLEET_NAMES clusters, each with a share of the
+    node files in its overlay."""
     per = size // FLEET_CLUSTERS
-    names = [f"pool-{c}" for c in range(FLEET_CLUSTERS)]
     desired = tree / "desired"
     desired.mkdir(parents=True)
     (desired / "clusters.yaml").write_text(
         "apiVersion: reconcile.dev/v1alpha1\nkind: Fleet\nmetadata:\n  name: bench\nclusters:\n"
-        + "".join(f"- {{name: {n}, context: {n}}}\n" for n in names)
+        + "".join(f"- {{name: {n}, context: {n}}}\n" for n in FLEET_NAMES)
     )
-    for index, name in enumerate(names):
+    for index, name in enumerate(FLEET_NAMES):
         share = range(index * per, (index + 1) * per)
         write_nodes(desired / "clusters" / name / "nodes", share, labels, env=False)
-    return names
-
-
-def names_of(tree: Path) -> list[str]:
-    """The clusters of the fleet `write_fleet` wrote into `tree`."""
-    return sorted(p.name for p in (tree / "desired" / "clusters").iterdir())
 
 
 def write_groups(root: Path, labels: int) -> None:
@@ -623,7 +617,7 @@ def fleet(size: int, labels: int, root: Path) -> Table:
     servers: list[subprocess.Popen[str]] = []
     merged: dict[str, Any] = {}
     try:
-        for index, name in enumerate(names_of(tree)):
+        for index, name in enumerate(FLEET_NAMES):
             nodes = seed_nodes((index + 1) * per, labels)[index * per :]
             seed = tree / f"{name}.json"
             seed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
@@ -661,7 +655,7 @@ def fleet(size: int, labels: int, root: Path) -> Table:
         kubeconfig.write_text(json.dumps(merged))
         plan = reconcile("plan", "--kubeconfig", str(kubeconfig))
         whole, _, _ = timed(plan, tree)
-        alone = max(timed([*plan, "--cluster", name], tree)[0] for name in names_of(tree))
+        alone = max(timed([*plan, "--cluster", name], tree)[0] for name in FLEET_NAMES)
         table.add("plan of the fleet, against its slowest cluster alone", whole, alone)
     finally:
         for server in servers:

@@ -70,11 +70,6 @@ def clusters(root: Path) -> tuple[FleetCluster, ...] | None:
     return None if model is None else tuple(model.clusters)
 
 
-# A file the reader walked: (its path as text, why it is refused or None, the directory
-# its areas are relative to: desired/ for the base, the cluster's overlay for an overlay).
-_Entry = tuple[str, str | None, Path]
-
-
 class _FleetReader:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -91,8 +86,8 @@ class _FleetReader:
         if model is None:
             return None
         names = [c.name for c in model.clusters]
-        base: list[_Entry] = []
-        overlays: dict[str, list[_Entry]] = {n: [] for n in names}
+        base: list[loader.Entry] = []
+        overlays: dict[str, list[loader.Entry]] = {n: [] for n in names}
         overlay_roots = {n: self.root / OVERLAYS / n for n in names}
         for text, refused in safefiles.walk(self.root):
             parts = self.names.relative(text).split("/")
@@ -157,7 +152,7 @@ class _FleetReader:
             return None, where
 
     def _identities(
-        self, entries: list[_Entry], *, node_files: bool = True
+        self, entries: list[loader.Entry], *, node_files: bool = True
     ) -> Iterator[tuple[loader.Identity, object, Source]]:
         """(identity, its `$patch` directive or None, where) of every YAML document in
         `entries`; files that cannot be read or parsed are skipped (the tree's reader
@@ -194,8 +189,8 @@ class _FleetReader:
     def _tree(
         self,
         name: str,
-        base: list[_Entry],
-        overlay: list[_Entry],
+        base: list[loader.Entry],
+        overlay: list[loader.Entry],
         base_ids: set[loader.Identity],
         nodes_shadow: bool,
     ) -> DesiredState:

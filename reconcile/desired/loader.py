@@ -358,6 +358,11 @@ class Layer:
     shadowed: frozenset[Identity]
 
 
+# A file to read: (its path as text, why it is refused or None, the directory its areas
+# are relative to: desired/, or a fleet cluster's overlay).
+Entry = tuple[str, str | None, Path]
+
+
 class FileNames:
     """How the files under `root` are named: in messages, relative to the working
     directory when inside it; in the digest, relative to the root. By string slicing:
@@ -384,11 +389,10 @@ class _Loader:
     def __init__(
         self,
         root: Path,
-        entries: list[tuple[str, str | None, Path]] | None = None,
+        entries: list[Entry] | None = None,
         layer: Layer | None = None,
     ) -> None:
         self.root = root
-        # (file, why it is refused or None, the directory its areas are relative to)
         self.entries = entries
         self.layer = layer
         self._names = FileNames(root)
@@ -933,7 +937,7 @@ def load_desired(root: Path) -> tuple[DesiredState, list[Diagnostic]]:
 
 
 def load_with(
-    root: Path, entries: list[tuple[str, str | None, Path]], layer: Layer
+    root: Path, entries: list[Entry], layer: Layer
 ) -> tuple[DesiredState, list[Diagnostic]]:
     """The desired state of the given files under `root` (each with the directory its
     areas are relative to), `layer`'s documents replacing base ones (a fleet cluster)."""

@@ -57,7 +57,9 @@ def run_cli(
 
     In-process through click's runner (a process costs a second of imports); `process=True`
     runs the installed module in a separate process, for what only a process shows."""
-    environment = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",)}
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "RECONCILE_PLAN_KEY")
+    }
     environment["HOME"] = str(cwd or REPO)  # never a developer's ~/.kube/config
     environment["NO_COLOR"] = "1"
     if kubeconfig is not None:

@@ -344,6 +344,18 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     sys.exit(code)
 
 
+def plan_key() -> bytes | None:
+    """The key saved plans are signed and verified with (RECONCILE_PLAN_KEY), if set."""
+    import os
+
+    key = os.environ.get("RECONCILE_PLAN_KEY")
+    if key is None:
+        return None
+    if not key.strip():
+        fail("RECONCILE_PLAN_KEY is set but empty: set it to a secret, or unset it")
+    return key.encode()
+
+
 @contextmanager
 def errors_to_exit_codes() -> Iterator[None]:
     """Turn our exceptions into messages on stderr and exit code 2; Ctrl-C into 130."""

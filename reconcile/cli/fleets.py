@@ -83,9 +83,11 @@ def plan_fleet(
     *,
     timeout: float,
     out_file: Path | None,
+    key: bytes | None = None,
     show_owner: bool,
 ) -> int:
-    """Plan every target concurrently; render; the exit code of the fleet."""
+    """Plan every target concurrently; render; the exit code of the fleet. The saved
+    plans are signed with `key` when there is one."""
     import dataclasses
 
     from reconcile.cli.reconciling import gpu_plan
@@ -125,8 +127,15 @@ def plan_fleet(
         if failed:
             stderr().write(f"the fleet plan was not saved to {out_file}: a cluster failed\n")
         else:
+            from reconcile.engine.saved import sign
+
+            signed = (
+                {n: sign(p, key) for n, p in saved.plans.items()}
+                if key is not None
+                else saved.plans
+            )
             try:
-                saved.save(out_file)
+                saved.model_copy(update={"plans": signed}).save(out_file)
             except OSError as e:
                 fail(f"cannot write the plan to {out_file}: {e.strerror or e}")
     fail_clusters(failed, len(targets))

@@ -28,6 +28,7 @@ from reconcile.cli.app import (
     load_targets,
     main,
     outputs,
+    plan_key,
     progress_bar,
     reading_ahead,
     stderr,
@@ -44,7 +45,7 @@ from reconcile.cli.output import (
 
 if TYPE_CHECKING:
     from reconcile.desired.models import DesiredState
-    from reconcile.engine.operations import ApplyRequest, PlanRequest
+    from reconcile.engine.operations import ApplyRequest, PlanRequest, SavedPlan
     from reconcile.engine.plan import Plan
     from reconcile.kube.client import Cluster
 
@@ -196,6 +197,7 @@ def plan(
     every cluster (or each --cluster), each line prefixed by the cluster's name."""
     if out_file is not None:
         _check_writable(out_file)
+    key = plan_key() if out_file is not None else None
     with errors_to_exit_codes(), reading_ahead(g, timeout, fleet_clusters=clusters) as connected:
         fleet, targets = load_targets(g, clusters)
         request = _plan_request(
@@ -216,13 +218,16 @@ def plan(
                     request,
                     timeout=timeout,
                     out_file=out_file,
+                    key=key,
                     show_owner=show_owner,
                 )
             )
         the_plan = gpu_plan(connected(), request)
         if out_file is not None:
+            from reconcile.engine import saved
+
             try:
-                the_plan.save(out_file)
+                (saved.sign(the_plan, key) if key is not None else the_plan).save(out_file)
             except OSError as e:
                 fail(f"cannot write the plan to {out_file}: {e.strerror or e}")
         from reconcile.cli.views import render_plan  # imported while the nodes were read
@@ -298,13 +303,16 @@ def apply(
         if (g.desired / "clusters.yaml").is_file():
             _apply_fleet(g, plan_file, planning, clusters, timeout, parallel, allow_missing_image)
         if plan_file is not None:
-            if planning != _plan_request(None):
-                fail(
-                    "--prune, --allow-empty-prune, --prune-namespace-contents, --recreate, "
-                    "--force-conflicts and --allow-missing-nodes are decided when planning: use "
-                    "`reconcile plan ... --out FILE`"
-                )
-            state, cluster, request = _saved_request(g, plan_file, connected)
+            from reconcile.engine import saved
+
+            key = plan_key()
+            # Offline first: the file, its signature, the tree; then the cluster.
+            the_saved = saved.load(plan_file)
+            state = load_or_fail(g) if g.desired.is_dir() else None
+            opened = operations.open_saved(the_saved, state, key=key)
+            state = opened.desired
+            cluster = connected()
+            request = _saved_request(opened, cluster, planning)
         else:
             state = load_or_fail(g)
             cluster = connected()
@@ -339,26 +347,21 @@ def apply(
     sys.exit(EXIT_OK if result.ok else EXIT_ERROR)
 
 
-def _saved_request(
-    g: Globals, plan_file: Path, connected: Callable[[], Cluster]
-) -> tuple[DesiredState | None, Cluster, ApplyRequest]:
-    """A saved plan, checked offline, then against the cluster, ready to apply."""
+def _saved_request(opened: SavedPlan, cluster: Cluster, planning: PlanRequest) -> ApplyRequest:
+    """A saved plan, checked against the cluster (re-planned with the options apply was
+    given), ready to apply: the same for one cluster and for each cluster of a fleet."""
     from reconcile.engine import operations
+    from reconcile.gpu import checks as gpu
 
-    state = load_or_fail(g) if g.desired.is_dir() else None
-    saved = operations.open_saved(plan_file, state)
-    if state is None:
-        log.warning(
-            "no desired/ tree at %s: the plan is checked against the live inventories only; "
-            "apply it from the checkout it was made from",
-            g.desired,
-        )
-    cluster = connected()
-    operations.verify_saved(saved, cluster)
-    return (
-        state,
+    verified = operations.verify_saved(
+        opened,
         cluster,
-        operations.ApplyRequest(saved.plan, desired=state, saved=True, configs=saved.configs),
+        planning,
+        policy=gpu.policy(opened.desired),
+        checks=gpu.ALL_CHECKS,
+    )
+    return operations.ApplyRequest(
+        verified, desired=opened.desired, saved=True, configs=opened.configs
     )
 
 
@@ -373,6 +376,7 @@ def _apply_fleet(
 ) -> None:
     """apply over a fleet: wave by wave, each cluster planned (or its saved plan
     checked), applied and planned again; exits."""
+    from reconcile.engine import fleet as fleets
     from reconcile.engine import operations
     from reconcile.engine.fleet import FleetPlan
     from reconcile.engine.workloads import desired_configs
@@ -380,33 +384,44 @@ def _apply_fleet(
 
     fleet, targets = load_targets(g, clusters)
     assert fleet is not None
-    saved: FleetPlan | None = None
+    opened: dict[str, SavedPlan] = {}
     if plan_file is not None:
-        if planning != _plan_request(None):
-            fail(
-                "the prune and conflict options are decided when planning: use `reconcile plan ... --out FILE`"
-            )
         saved = FleetPlan.load(plan_file)
         if saved.fleet != fleet.name:
             fail(f"{plan_file} is a plan for fleet {saved.fleet}, not {fleet.name}")
         missing = [t.name for t in targets if t.name not in saved.plans]
         if missing:
             fail(f"{plan_file} holds no plan for cluster(s) {', '.join(map(str, missing))}")
+        key = plan_key()
+        # Every cluster's plan checked offline before any cluster is touched.
+        opened = {
+            str(t.name): operations.open_saved(saved.plans[str(t.name)], t.state, key=key)
+            for t in targets
+        }
+
+    # A saved fleet plan is verified against every cluster before any is written to: it
+    # applies as reviewed everywhere, or nowhere.
+    verified: dict[str, tuple[Cluster, ApplyRequest]] = {}
+    if plan_file is not None:
+        by_name = {str(t.name): t for t in targets}
+
+        def verify(name: str) -> tuple[Cluster, ApplyRequest]:
+            cluster = g.connect(timeout, by_name[name])
+            return cluster, _saved_request(opened[name], cluster, planning)
+
+        outcomes = fleets.each(list(by_name), verify)
+        if refused := [f"{o.cluster}: {o.error}" for o in outcomes if o.error is not None]:
+            fail(f"the fleet plan was refused ({'; '.join(refused)}): nothing was applied")
+        verified = {o.cluster: o.value for o in outcomes if o.value is not None}
 
     with stoppable() as stopped:
 
         def apply_one(target: Target) -> Applied:
-            cluster = g.connect(timeout, target)
             policy = gpu.policy(target.state)
-            if saved is not None:
-                one = operations.SavedPlan(
-                    saved.plans[str(target.name)], target.state, desired_configs(target.state)
-                )
-                operations.verify_saved(one, cluster)
-                request = operations.ApplyRequest(
-                    one.plan, desired=target.state, saved=True, configs=one.configs
-                )
+            if plan_file is not None:
+                cluster, request = verified[str(target.name)]
             else:
+                cluster = g.connect(timeout, target)
                 request = operations.ApplyRequest(
                     gpu_plan(
                         cluster, dataclasses.replace(planning, desired=target.state), quiet=True

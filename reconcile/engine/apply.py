@@ -12,9 +12,7 @@ reported only by the run that made it: a change another writer made first (a 409
 re-read shows it in place, an apply that found the object already created, a delete that
 found it gone) is a note, not a line, so two applies at once print each change once.
 
-Before a saved plan is applied it is checked against what it claims to come from: the
-cluster's identity, the desired/ tree's digest, and, change by change, what desired/ and
-the live inventories can justify (`check_saved`).
+Whether a saved plan may be applied at all is engine/saved.py's question.
 """
 
 from __future__ import annotations
@@ -22,34 +20,28 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from reconcile.desired.models import DesiredState
-from reconcile.diagnostics import Conflict, NotFound, PlanRefused, ReconcileError, StalePlan
+from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
 from reconcile.engine.checks import NO_POLICY, NodePolicy
 from reconcile.engine.diff import LabelChange
-from reconcile.engine.facts import RULES, Fact, shown_key, taints_after
-from reconcile.engine.groups import compiled, node_facts
+from reconcile.engine.groups import node_facts
 from reconcile.engine.plan import (
-    ClusterIdentity,
     MissingNode,
     NodePlan,
     ObjectPlan,
     Plan,
-    parse_inventory,
     plan_node,
 )
 from reconcile.engine.workloads import (
     CONFIGMAPS,
     INVENTORY_NAME,
     INVENTORY_NAMESPACE,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
     ObjectCluster,
-    applied_config,
     inventory_entry,
     inventory_object,
     read_inventory,
@@ -513,115 +505,3 @@ def _wait_gone(obj: ObjectPlan, cluster: ObjectCluster, *, timeout: float = RECR
 def _moved_on(error: Conflict) -> bool:
     """A 409 from the resourceVersion precondition, not a field-ownership conflict."""
     return "has been modified" in error.message
-
-
-# --- saved plans -------------------------------------------------------------------------
-
-
-def check_saved(
-    plan: Plan,
-    identity: ClusterIdentity,
-    live: list[LiveNode],
-    cluster: ObjectCluster,
-    desired: DesiredState | None,
-    desired_digest: str | None,
-) -> None:
-    """Refuse (PlanRefused) a saved plan made for another cluster or from another
-    desired/ tree, or asking for any change that neither desired/ nor the live inventories
-    justify; every unjustified change is named."""
-    if plan.cluster is None or plan.desiredDigest is None:
-        raise PlanRefused("the plan does not say which cluster and desired/ tree it was made from")
-    if plan.cluster.kubeSystemUID != identity.kubeSystemUID:
-        raise PlanRefused(
-            f"the plan was made for another cluster ({plan.cluster.server}, kube-system uid "
-            f"{plan.cluster.kubeSystemUID}); this is {identity.server} (kube-system uid "
-            f"{identity.kubeSystemUID}): nothing was applied"
-        )
-    if desired_digest is not None and desired_digest != plan.desiredDigest:
-        raise PlanRefused(
-            f"the plan was made from another desired/ tree ({plan.desiredDigest}) than the one "
-            f"here ({desired_digest}): nothing was applied. Re-run `reconcile plan --out FILE`"
-        )
-    problems = [
-        *_unjustified_nodes(plan, live, desired),
-        *_unjustified_objects(plan, cluster, desired),
-    ]
-    if problems:
-        raise PlanRefused(
-            "the plan asks for what desired/ and the inventory do not: "
-            + "; ".join(problems)
-            + ": nothing was applied"
-        )
-
-
-def _unjustified_nodes(
-    plan: Plan, live: list[LiveNode], desired: DesiredState | None
-) -> Iterator[str]:
-    by_name = {node.name: node for node in live}
-    selectors = compiled(desired.groups) if desired is not None else []
-    for node_plan in plan.nodes:
-        node = by_name.get(node_plan.name)
-        inventory = parse_inventory(node.annotations) if node is not None else frozenset()
-        declared = (
-            node_facts(desired, node, selectors)
-            if desired is not None and node is not None
-            else None
-        )
-        if desired is not None and declared is None:
-            yield f"{node_plan.name}: desired/ does not declare this node"
-            continue
-        wanted = {
-            rule.fact: rule.desired(declared) if declared is not None else {} for rule in RULES
-        }
-        for change in node_plan.changes:
-            facts = wanted[change.fact]
-            if change.key in facts and facts[change.key] == change.after:
-                continue
-            prune = plan.prune and change.key not in facts and change.after is None
-            if prune and change.shown_key in inventory:
-                continue  # the removal of a fact reconcile set
-            yield f"{node_plan.name} {change.shown_key} {change.shown_value}"
-        allowed = inventory | {
-            shown_key(fact, k)
-            for fact, facts in wanted.items()
-            for k, v in facts.items()
-            if v is not None
-        }
-        if extra := sorted(set(node_plan.inventory) - allowed):
-            yield f"{node_plan.name} inventory {','.join(extra)}"
-        if node is not None and node_plan.taints is not None:
-            taint_changes = {c.key: c.after for c in node_plan.changes if c.fact is Fact.TAINT}
-            if list(node_plan.taints) != taints_after(node.taints, taint_changes):
-                yield f"{node_plan.name} taints (not the node's taints with the planned changes)"
-
-
-def _unjustified_objects(
-    plan: Plan, cluster: ObjectCluster, desired: DesiredState | None
-) -> Iterator[str]:
-    configs = {
-        (m.api_version, m.kind, m.namespace, m.name): applied_config(m)
-        for m in (desired.manifests if desired is not None else ())
-    }
-    inventory = set(read_inventory(cluster)) if plan.objects else set()
-    for obj in plan.objects:
-        entry = inventory_entry(obj.apiVersion, obj.kind, obj.namespace, obj.name)
-        if obj.action == "prune":
-            live = cluster.get_object(obj.resource, obj.namespace, obj.name)
-            labels = ((live or {}).get("metadata") or {}).get("labels") or {}
-            ours = entry in inventory and labels.get(MANAGED_BY_LABEL) == MANAGED_BY
-            if not (plan.prune and ours):
-                yield f"{obj.id} - (not in reconcile's inventory and labelled as managed by it)"
-            continue
-        if desired is None:
-            if obj.action == "create" or entry not in inventory:
-                yield f"{obj.id} {obj.action} (without desired/ only inventory objects may change)"
-            continue
-        declared = configs.get((obj.apiVersion, obj.kind, obj.namespace, obj.name))
-        if obj.manifestDigest is not None:
-            same = (
-                declared is not None and sensitive.manifest_digest(declared) == obj.manifestDigest
-            )
-        else:
-            same = declared == obj.manifest
-        if not same:
-            yield f"{obj.id} {obj.action} (not the manifest desired/ declares)"

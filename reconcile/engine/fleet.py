@@ -7,7 +7,6 @@ it); this module decides the order, the concurrency and where a fleet run stops.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reconcile.diagnostics import PlanRefused, ReconcileError
+from reconcile.engine import saved
 from reconcile.engine.plan import PLAN_API_VERSION, Plan
 
 T = TypeVar("T")
@@ -98,20 +98,18 @@ class FleetPlan(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> FleetPlan:
+        """A saved fleet plan: each cluster's plan checked as a single-cluster plan file is
+        (its schema and its own digest)."""
         try:
-            return cls.model_validate_json(path.read_text())
+            loaded = cls.model_validate_json(saved.read(path))
         except ValidationError as e:
             first = e.errors(include_url=False)[0]
             where = ".".join(str(p) for p in first["loc"])
             raise PlanRefused(
                 f"{path} is not a saved fleet plan: {where}: {first['msg']}"
             ) from None
-
-
-def saved_kind(path: Path) -> str | None:
-    """The `kind` of a saved plan file (Plan or FleetPlan), None when it has none."""
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return document.get("kind") if isinstance(document, dict) else None
+        plans = {
+            name: saved.parse(plan.model_dump(mode="json"), f"{path} (cluster {name})")
+            for name, plan in loaded.plans.items()
+        }
+        return loaded.model_copy(update={"plans": plans})

@@ -22,12 +22,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import ReconcileError
-from reconcile.engine import placement
+from reconcile.engine import placement, saved
 from reconcile.engine.apply import (
     ApplyResult,
     apply_objects,
@@ -35,7 +34,6 @@ from reconcile.engine.apply import (
     check_fresh,
     check_manifests,
     check_objects_fresh,
-    check_saved,
     preflight_objects,
 )
 from reconcile.engine.checks import NO_POLICY, Check, NodePolicy, Projection, blocking, run_checks
@@ -77,6 +75,17 @@ class PlanRequest:
     recreate: bool = False
     # Declared nodes absent from the cluster are not drift (nodes come and go).
     allow_missing_nodes: bool = False
+
+    def options(self) -> dict[str, bool]:
+        """The options as a plan records them (its fields of the same names)."""
+        return {
+            "prune": self.prune,
+            "allowEmptyPrune": self.allow_empty_prune,
+            "pruneNamespaceContents": self.prune_namespace_contents,
+            "forceConflicts": self.force_conflicts,
+            "recreate": self.recreate,
+            "allowMissingNodes": self.allow_missing_nodes,
+        }
 
 
 def plan(
@@ -139,8 +148,7 @@ def plan(
             "findings": tuple(findings),
             "prunableObjects": tuple(objects.prunable),
             "inventory": objects.inventory,
-            "forceConflicts": request.force_conflicts,
-            "pruneNamespaceContents": request.prune_namespace_contents,
+            **request.options(),
         }
     )
     return the_plan.bound(ClusterIdentity(server=server, kubeSystemUID=uid), state.digest)
@@ -148,49 +156,63 @@ def plan(
 
 @dataclass(frozen=True)
 class SavedPlan:
-    """A saved plan checked against the cluster and the desired/ tree it may be applied to."""
+    """A saved plan with the desired/ tree it is applied from: the tree's digest must be
+    the one it was planned from, and a Secret's configuration comes from it again."""
 
     plan: Plan
-    desired: DesiredState | None
+    desired: DesiredState
     configs: dict[ObjectId, dict[str, Any]]
 
 
-def open_saved(path: Path, desired: DesiredState | None) -> SavedPlan:
-    """The plan at `path`, checked offline: its schema and own digest, and that what it
-    holds only by digest (a Secret's configuration) is in `desired` as planned."""
-    the_plan = Plan.load(path)
-    by_digest = [o.id for o in the_plan.objects if o.manifestDigest is not None]
-    if desired is None and by_digest:
-        # A saved plan never holds a Secret's values: they come from desired/ again.
+def open_saved(plan: Plan, desired: DesiredState | None, *, key: bytes | None = None) -> SavedPlan:
+    """A saved plan (schema and digest already checked: saved.load), checked offline: its
+    signature under the plan key, and that the tree it is applied from is there and holds
+    what the plan holds only by digest (a Secret's configuration)."""
+    saved.check_signature(plan, key, "the plan")
+    if desired is None:
+        # Re-planning needs the tree: a plan is never applied on its own word.
         raise ReconcileError(
-            f"{path} holds {', '.join(by_digest)} by digest only (a saved plan never holds a "
-            "Secret's values) and there is no desired/ tree to read them from: apply it next "
-            "to the desired/ tree it was planned from (--desired DIR)"
+            "a saved plan is applied from the desired/ tree it was planned from, and there is "
+            "none here: nothing was applied. Apply it from that checkout (--desired DIR)"
         )
-    configs: dict[ObjectId, dict[str, Any]] = {}
-    if desired is not None:
-        configs = desired_configs(desired)
-        check_manifests(the_plan, configs)
-    return SavedPlan(the_plan, desired, configs)
+    configs = desired_configs(desired)
+    check_manifests(plan, configs)
+    return SavedPlan(plan, desired, configs)
 
 
-def verify_saved(saved: SavedPlan, cluster: PlanCluster) -> None:
-    """Refuse (PlanRefused, StalePlan) a saved plan made for another cluster or from
-    another tree, asking for what desired/ and the inventories do not justify, or whose
-    nodes and objects moved since."""
+def verify_saved(
+    opened: SavedPlan,
+    cluster: PlanCluster,
+    request: PlanRequest,
+    *,
+    policy: NodePolicy = NO_POLICY,
+    checks: Sequence[Check] = ENGINE_CHECKS,
+) -> Plan:
+    """The saved plan as it may be applied here, with the findings of planning now; or
+    PlanRefused (another cluster, tree or options; not what planning gives now) or
+    StalePlan (a planned node or object moved since). `request` holds the options apply
+    was given; its tree is replaced by the saved plan's."""
     server, uid = cluster.identity()
-    live = cluster.list_nodes()
-    desired = saved.desired
-    check_saved(
-        saved.plan,
+    desired = opened.desired
+    saved.check_origin(
+        opened.plan,
         ClusterIdentity(server=server, kubeSystemUID=uid),
-        live,
-        cluster,
-        desired,
-        desired.digest if desired is not None else None,
+        desired.digest,
+        request.options(),
     )
-    check_fresh(saved.plan, live)
-    check_objects_fresh(saved.plan, cluster)
+    live = cluster.list_nodes()
+    check_fresh(opened.plan, live)
+    check_objects_fresh(opened.plan, cluster)
+    replanned = plan(
+        dataclasses.replace(request, desired=desired),
+        cluster,
+        policy=policy,
+        checks=checks,
+        live=live,
+    )
+    saved.refuse_differences(opened.plan, replanned, live)
+    # What blocks the apply is decided now, not by what the file says.
+    return opened.plan.model_copy(update={"findings": replanned.findings})
 
 
 @dataclass(frozen=True)

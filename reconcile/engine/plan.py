@@ -23,12 +23,11 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
-    ValidationError,
     model_serializer,
 )
 
 from reconcile.desired.models import DesiredNode, DesiredState, json_schemas
-from reconcile.diagnostics import EmptyPrune, ReconcileError, Severity
+from reconcile.diagnostics import EmptyPrune, Severity
 from reconcile.engine.checks import NO_POLICY, Finding, NodePolicy, overlay, projected_labels
 from reconcile.engine.diff import FieldChange, LabelChange, NodeChange, fact_drift
 from reconcile.engine.facts import (
@@ -176,10 +175,13 @@ class Plan(_Frozen):
     desiredDigest: str | None = None
     # sha256 of the plan's canonical JSON without this field: an edited plan no longer matches.
     digest: str | None = None
+    # The planning options: a saved plan is applied only with the same ones (engine/saved.py).
     prune: bool = False
     allowEmptyPrune: bool = False
     pruneNamespaceContents: bool = False
     forceConflicts: bool = False
+    recreate: bool = False
+    allowMissingNodes: bool = False
     nodes: tuple[NodePlan, ...] = ()
     missingNodes: tuple[MissingNode, ...] = ()
     # Declared nodes that are absent and may be (`optional: true`, --allow-missing-nodes).
@@ -193,6 +195,15 @@ class Plan(_Frozen):
     prunableObjects: tuple[str, ...] = ()
     # The inventory of applied objects to record after apply (None: unchanged).
     inventory: tuple[str, ...] | None = None
+    # An HMAC-SHA256 of `digest` under the plan key (RECONCILE_PLAN_KEY), when one was set.
+    signature: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        document: dict[str, Any] = handler(self)
+        if self.signature is None:
+            document.pop("signature", None)  # only said where it holds
+        return document
 
     @property
     def has_drift(self) -> bool:
@@ -210,8 +221,8 @@ class Plan(_Frozen):
                 yield node.name, change
 
     def body_digest(self) -> str:
-        """The digest of everything in the plan but the digest itself."""
-        body = self.model_dump(mode="json", exclude={"digest"})
+        """The digest of everything in the plan but the digest itself (and its signature)."""
+        body = self.model_dump(mode="json", exclude={"digest", "signature"})
         return digest_of(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
 
     def bound(self, cluster: ClusterIdentity, desired_digest: str) -> Plan:
@@ -224,29 +235,6 @@ class Plan(_Frozen):
     def save(self, path: Path) -> None:
         path.write_text(self.model_dump_json(indent=2) + "\n", encoding="utf-8")
 
-    @classmethod
-    def load(cls, path: Path) -> Plan:
-        """A saved plan, checked against plan.schema.json and its own digest."""
-        try:
-            saved = SavedPlan.model_validate_json(path.read_bytes())
-        except OSError as e:
-            raise ReconcileError(f"cannot read plan {path}: {e.strerror}") from e
-        except ValidationError as e:
-            first = e.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in first["loc"]) or "(document)"
-            raise ReconcileError(
-                f"{path} is not a saved reconcile plan ({where}: {first['msg']}); "
-                "write one with `reconcile plan --out FILE`"
-            ) from e
-        plan = cls.model_validate(saved.model_dump())
-        if plan.body_digest() != saved.digest:
-            raise ReconcileError(
-                f"{path} was changed after `reconcile plan` wrote it (its digest {saved.digest} "
-                f"does not match its content, {plan.body_digest()}): nothing was applied. "
-                "Run `reconcile plan --out FILE` again"
-            )
-        return plan
-
 
 class SavedPlan(Plan):
     """A plan as a file: what it was made from is required (schemas/plan.schema.json)."""
@@ -254,6 +242,7 @@ class SavedPlan(Plan):
     cluster: ClusterIdentity
     desiredDigest: str = Field(pattern=_DIGEST)
     digest: str = Field(pattern=_DIGEST)
+    signature: str | None = Field(default=None, pattern=r"^hmac-sha256:[0-9a-f]{64}$")
 
 
 def all_schemas() -> dict[str, dict[str, Any]]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from reconcile.engine.plan import Plan
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.main import merged_kubeconfig
 from tests.e2e.test_prune_guards import snapshot
@@ -412,3 +413,75 @@ def test_the_readmes_fleet_example_runs_as_written(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [LAB_LINE, *DRIVER_LAB_LINES] * 2
+
+
+def _driver_lab_namespace_recreated(document: dict[str, Any], *, reseal: bool) -> None:
+    plan = document["plans"]["driver-lab"]
+    [namespace] = [o for o in plan["objects"] if o["kind"] == "Namespace"]
+    assert namespace["action"] == "update"
+    namespace["action"] = "recreate"
+    if reseal:
+        plan["digest"] = None
+        plan["digest"] = Plan.model_validate(plan).body_digest()
+
+
+@pytest.mark.parametrize(
+    ("reseal", "named"),
+    [
+        (False, "(cluster driver-lab) was changed after `reconcile plan` wrote it"),
+        (
+            True,
+            "the fleet plan was refused (driver-lab: the plan is not what planning gives now: "
+            "Namespace//gpu-drv action recreate (planning gives update)",
+        ),
+    ],
+    ids=["edited", "resealed"],
+)
+def test_an_edited_fleet_plan_is_refused_on_every_cluster(
+    fleet: Any, tmp_path: Path, reseal: bool, named: str
+) -> None:
+    """The fleet path checks each cluster's plan as a single-cluster plan is checked, and
+    every cluster before any is written to: lab (wave 1) is not applied either."""
+    work, config, clusters = fleet
+    saved = tmp_path / "fleet-plan.json"
+    assert run_cli("plan", "--out", str(saved), cwd=work, kubeconfig=config).code == 1
+    document = json.loads(saved.read_text())
+    _driver_lab_namespace_recreated(document, reseal=reseal)
+    saved.write_text(json.dumps(document))
+    namespace = clusters["driver-lab"].raw("GET", "/api/v1/namespaces/gpu-drv")[1]
+    before = {name: snapshot(c) for name, c in clusters.items()}
+
+    refused = run_cli("apply", str(saved), cwd=work, kubeconfig=config)
+
+    assert (refused.code, refused.stdout) == (2, ""), refused.stderr
+    [line] = refused.stderr.splitlines()
+    assert named in line and line.startswith("error: ")
+    assert {name: snapshot(c) for name, c in clusters.items()} == before
+    after = clusters["driver-lab"].raw("GET", "/api/v1/namespaces/gpu-drv")[1]
+    assert after["metadata"]["uid"] == namespace["metadata"]["uid"]
+
+
+def test_a_fleet_plan_file_that_is_not_utf8_is_one_error_line(fleet: Any, tmp_path: Path) -> None:
+    work, config, clusters = fleet
+    saved = tmp_path / "fleet-plan.json"
+    saved.write_bytes(b'{"kind": "FleetPlan", "fleet": "\xff"}')
+    before = {name: snapshot(c) for name, c in clusters.items()}
+    refused = run_cli("apply", str(saved), cwd=work, kubeconfig=config)
+    assert (refused.code, refused.stdout) == (2, "")
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"error: {saved} is not a saved fleet plan: ")
+    assert {name: snapshot(c) for name, c in clusters.items()} == before
+
+
+def test_a_signed_fleet_plan_applies_with_its_key(fleet: Any, tmp_path: Path) -> None:
+    work, config, _ = fleet
+    key = {"RECONCILE_PLAN_KEY": "fleet-pipeline"}
+    saved = tmp_path / "fleet-plan.json"
+    assert run_cli("plan", "--out", str(saved), cwd=work, kubeconfig=config, env=key).code == 1
+    plans = json.loads(saved.read_text())["plans"]
+    assert all(p["signature"].startswith("hmac-sha256:") for p in plans.values())
+    unkeyed = run_cli("apply", str(saved), cwd=work, kubeconfig=config)
+    assert unkeyed.code == 2
+    assert "is signed, but RECONCILE_PLAN_KEY is not set" in unkeyed.stderr
+    applied = run_cli("apply", str(saved), cwd=work, kubeconfig=config, env=key)
+    assert (applied.code, applied.lines) == (0, [LAB_LINE, *DRIVER_LAB_LINES]), applied.stderr

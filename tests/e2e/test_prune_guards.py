@@ -284,6 +284,7 @@ def _key(doc: dict[str, Any]) -> None:
 
 
 def _prune_kube_system(doc: dict[str, Any]) -> None:
+    """Asks to delete kube-system, at the resourceVersion it has now (so it is not stale)."""
     doc["prune"] = True
     doc["objects"].append(
         {
@@ -327,22 +328,101 @@ def _binding(doc: dict[str, Any]) -> None:
     )
 
 
+NOT_PLANNED = "error: the plan is not what planning gives now: "
+
+
+def _recreate_namespace(doc: dict[str, Any]) -> None:
+    [namespace] = [o for o in doc["objects"] if o["kind"] == "Namespace"]
+    namespace["action"] = "recreate"
+
+
+def _cluster_scoped(doc: dict[str, Any]) -> None:
+    [deployment] = [o for o in doc["objects"] if o["kind"] == "Deployment"]
+    deployment["namespaced"] = False
+
+
 @pytest.mark.parametrize(
-    ("edit", "named"),
+    ("edit", "args", "named"),
     [
-        (_value, "lab-node-1 nvidia.com/gpu.count 8"),
-        (_node, "lab-node-7: desired/ does not declare this node"),
-        (_key, "lab-node-1 example.com/backdoor 1"),
-        (_prune_kube_system, "Namespace//kube-system - (not in reconcile's inventory"),
+        (_value, (), NOT_PLANNED + "lab-node-1 nvidia.com/gpu.count 8 (planning gives 2)"),
+        (_node, (), "error: plan is stale: lab-node-7 (deleted)"),
+        (_key, (), NOT_PLANNED + "lab-node-1 example.com/backdoor 1 (planning gives no change)"),
+        (
+            _prune_kube_system,
+            ("--prune",),
+            NOT_PLANNED + "Namespace//kube-system prune (planning gives no change)",
+        ),
         (
             _binding,
-            "ClusterRoleBinding//everyone-admin create (not the manifest desired/ declares)",
+            (),
+            NOT_PLANNED + "ClusterRoleBinding//everyone-admin create (planning gives no change)",
+        ),
+        (
+            _recreate_namespace,
+            (),
+            NOT_PLANNED + "Namespace//gpu-drv action recreate (planning gives update)",
+        ),
+        (
+            _cluster_scoped,
+            (),
+            # Looked up where the edit says, it is not there: stale, whatever else it is.
+            "error: plan is stale: Deployment/gpu-drv/trainer (deleted)",
         ),
     ],
-    ids=["value", "node", "key", "prune", "create"],
+    ids=["value", "node", "key", "prune", "create", "recreate", "scope"],
 )
 def test_a_resealed_plan_is_refused_change_by_change(
-    lab: TestCluster, workdir: Path, edit: Any, named: str
+    lab: TestCluster, workdir: Path, edit: Any, args: tuple[str, ...], named: str
+) -> None:
+    """A plan edited by someone who recomputes its digest is refused: it is not what
+    planning gives again, whatever its digest says."""
+    _workloads_drift(workdir)
+    path = _saved(lab, workdir, *args)
+    _reseal(path, edit)
+    if edit is _prune_kube_system:
+        _, kube_system = lab.raw("GET", "/api/v1/namespaces/kube-system")
+        _reseal(
+            path,
+            lambda doc: doc["objects"][-1].update(
+                resourceVersion=kube_system["metadata"]["resourceVersion"]
+            ),
+        )
+    before = snapshot(lab)
+
+    result = run_cli("apply", *args, str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert result.code == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(named), line
+    assert "nothing was applied" in line
+    assert snapshot(lab) == before
+
+
+def _workloads_drift(workdir: Path) -> None:
+    """A plan with objects: the gpu-drv Namespace (an update: a new label) and the trainer
+    Deployment (3 replicas) change."""
+    path = workdir / "desired" / "workloads" / "gpu-drv.yaml"
+    text = path.read_text().replace("replicas: 4", "replicas: 3")
+    text = text.replace(
+        "kind: Namespace\nmetadata:\n  name: gpu-drv\n",
+        "kind: Namespace\nmetadata:\n  name: gpu-drv\n  labels: {example.com/team: ml}\n",
+    )
+    path.write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("edit", "flag"),
+    [
+        (lambda doc: doc.update(forceConflicts=True), "--force-conflicts"),
+        (lambda doc: doc.update(recreate=True), "--recreate"),
+        (lambda doc: doc.update(prune=True), "--prune"),
+        (lambda doc: doc.update(allowEmptyPrune=True), "--allow-empty-prune"),
+        (lambda doc: doc.update(pruneNamespaceContents=True), "--prune-namespace-contents"),
+    ],
+    ids=["force", "recreate", "prune", "empty-prune", "namespace-contents"],
+)
+def test_an_option_added_to_a_saved_plan_is_refused(
+    lab: TestCluster, workdir: Path, edit: Any, flag: str
 ) -> None:
     path = _saved(lab, workdir)
     _reseal(path, edit)
@@ -350,12 +430,49 @@ def test_a_resealed_plan_is_refused_change_by_change(
 
     result = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
 
-    assert result.code == 2, result.stderr
-    [line] = result.stderr.splitlines()
-    assert line.startswith("error: the plan asks for what desired/ and the inventory do not: ")
-    assert named in line
-    assert line.endswith(": nothing was applied")
+    assert result.code == 2
+    assert result.stderr == (
+        f"error: the plan was planned with {flag}, and apply was not given it: a saved plan "
+        "is applied with the options it was planned with, so a plan file alone never grants "
+        "one. Nothing was applied\n"
+    )
     assert snapshot(lab) == before
+
+
+def test_a_plan_made_with_an_option_applies_with_it_and_only_with_it(
+    lab: TestCluster, workdir: Path
+) -> None:
+    path = _saved(lab, workdir, "--force-conflicts")
+    before = snapshot(lab)
+    without = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert without.code == 2
+    assert "was planned with --force-conflicts, and apply was not given it" in without.stderr
+    assert snapshot(lab) == before
+
+    applied = run_cli(
+        "apply", "--force-conflicts", str(path), cwd=workdir, kubeconfig=lab.kubeconfig
+    )
+    assert (applied.code, applied.lines) == (0, ["lab-node-1 nvidia.com/gpu.count 2"])
+
+
+def test_a_recreate_edited_in_is_refused_and_the_namespace_keeps_its_pods(
+    lab: TestCluster, workdir: Path
+) -> None:
+    """The attack as it was seen: a Namespace's update turned into a recreate, the digest
+    recomputed; applying it would delete the namespace and every pod in it."""
+    _workloads_drift(workdir)
+    path = _saved(lab, workdir)
+    _reseal(path, _recreate_namespace)
+    _, namespace = lab.raw("GET", "/api/v1/namespaces/gpu-drv")
+    _, pods = lab.raw("GET", "/api/v1/namespaces/gpu-drv/pods")
+
+    refused = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert refused.code == 2
+    assert "Namespace//gpu-drv action recreate (planning gives update)" in refused.stderr
+    _, after = lab.raw("GET", "/api/v1/namespaces/gpu-drv")
+    assert after["metadata"]["uid"] == namespace["metadata"]["uid"]
+    assert len(lab.raw("GET", "/api/v1/namespaces/gpu-drv/pods")[1]["items"]) == len(pods["items"])
 
 
 def test_a_plan_from_another_tree_is_refused_naming_both_digests(

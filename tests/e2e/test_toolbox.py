@@ -338,7 +338,7 @@ def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) 
     saved = work / "plan.json"
     pods.write_text(pods.read_text().replace("NVIDIA-A100-SXM4-80GB]", "NVIDIA-A100-SXM4-40GB]"))
     checked.run(lab, work, "plan", "--recreate", "--out", str(saved))
-    assert checked.run(lab, work, "apply", str(saved)).code == 0
+    assert checked.run(lab, work, "apply", "--recreate", str(saved)).code == 0
     before = _rbac(work)  # objects leaving desired/ are pruned with the grants that made them
     for path in (work / "desired" / "workloads").glob("*.yaml"):
         path.unlink()

@@ -12,7 +12,8 @@ import pytest
 from reconcile.cli.output import Format
 from reconcile.cli.views import render_apply, render_plan
 from reconcile.desired.models import DesiredNode, DesiredState
-from reconcile.diagnostics import ReconcileError, Severity, Source, StalePlan
+from reconcile.diagnostics import PlanRefused, ReconcileError, Severity, Source, StalePlan
+from reconcile.engine import saved
 from reconcile.engine.apply import ApplyResult, NodeResult, ObjectResult, apply_plan, check_fresh
 from reconcile.engine.checks import Projection
 from reconcile.engine.diff import Action, LabelChange, fact_drift
@@ -154,14 +155,14 @@ TREE = "sha256:" + "ab" * 32
 def test_saved_plan_round_trips(tmp_path: Path) -> None:
     plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {})]).bound(CLUSTER, TREE)
     plan.save(tmp_path / "plan.json")
-    assert Plan.load(tmp_path / "plan.json") == plan
+    assert saved.load(tmp_path / "plan.json") == plan
 
 
 def test_a_plan_without_what_it_was_made_from_is_not_a_saved_plan(tmp_path: Path) -> None:
     plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {})])
     plan.save(tmp_path / "plan.json")
     with pytest.raises(ReconcileError, match=r"\(cluster: Input should be an object\)"):
-        Plan.load(tmp_path / "plan.json")
+        saved.load(tmp_path / "plan.json")
 
 
 @pytest.mark.parametrize("document", ["{}", '{"nodes": []}', "[]", '{"apiVersion": 1}'])
@@ -170,7 +171,7 @@ def test_documents_that_are_not_plans_are_refused_with_the_schema_message(
 ) -> None:
     (tmp_path / "plan.json").write_text(document)
     with pytest.raises(ReconcileError, match="is not a saved reconcile plan"):
-        Plan.load(tmp_path / "plan.json")
+        saved.load(tmp_path / "plan.json")
 
 
 def test_an_edited_plan_no_longer_matches_its_digest(tmp_path: Path) -> None:
@@ -179,7 +180,91 @@ def test_an_edited_plan_no_longer_matches_its_digest(tmp_path: Path) -> None:
     text = (tmp_path / "plan.json").read_text()
     (tmp_path / "plan.json").write_text(text.replace('"after": "1"', '"after": "2"'))
     with pytest.raises(ReconcileError, match="was changed after `reconcile plan` wrote it"):
-        Plan.load(tmp_path / "plan.json")
+        saved.load(tmp_path / "plan.json")
+
+
+def test_a_plan_file_that_is_not_utf8_or_not_a_regular_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "plan.json").write_bytes(b'{"kind": "Plan", "x": "\xff\xfe"}')
+    with pytest.raises(ReconcileError, match="is not a saved reconcile plan"):
+        saved.load(tmp_path / "plan.json")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ReconcileError, match=r"cannot read plan .*fifo: not a regular file"):
+        saved.load(tmp_path / "fifo")  # would block forever if it were opened
+
+
+KEY = b"pipeline-key"
+
+
+def test_a_signed_plan_verifies_only_under_its_own_key(tmp_path: Path) -> None:
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {})]).bound(CLUSTER, TREE)
+    signed = saved.sign(plan, KEY)
+    assert signed.signature is not None and signed.signature.startswith("hmac-sha256:")
+    signed.save(tmp_path / "plan.json")
+    loaded = saved.load(tmp_path / "plan.json")  # the signature is not part of the digest
+    saved.check_signature(loaded, KEY, "plan.json")
+    with pytest.raises(PlanRefused, match="does not verify with RECONCILE_PLAN_KEY"):
+        saved.check_signature(loaded, b"another-key", "plan.json")
+    with pytest.raises(PlanRefused, match="is not signed, and RECONCILE_PLAN_KEY requires"):
+        saved.check_signature(plan, KEY, "plan.json")
+    with pytest.raises(PlanRefused, match="is signed, but RECONCILE_PLAN_KEY is not set"):
+        saved.check_signature(loaded, None, "plan.json")
+    saved.check_signature(plan, None, "plan.json")  # no key, no signature: the digest alone
+
+
+def test_a_resigned_edit_does_not_verify(tmp_path: Path) -> None:
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [live("n1", {})]).bound(CLUSTER, TREE)
+    signed = saved.sign(plan, KEY)
+    edited = signed.model_copy(update={"forceConflicts": True, "digest": None})
+    edited = edited.model_copy(update={"digest": edited.body_digest()})  # resealed, not resigned
+    with pytest.raises(PlanRefused, match="does not verify"):
+        saved.check_signature(edited, KEY, "plan.json")
+
+
+def _options(**given: bool) -> dict[str, bool]:
+    return {field: given.get(field, False) for field, _ in saved.OPTIONS}
+
+
+@pytest.mark.parametrize(("field", "flag"), saved.OPTIONS)
+def test_a_saved_plan_needs_the_options_it_was_planned_with(field: str, flag: str) -> None:
+    plan = Plan(cluster=CLUSTER, desiredDigest=TREE).model_copy(update={field: True})
+    with pytest.raises(PlanRefused, match=f"was planned with {flag}, and apply was not given it"):
+        saved.check_origin(plan, CLUSTER, TREE, _options())
+    saved.check_origin(plan, CLUSTER, TREE, _options(**{field: True}))
+    with pytest.raises(PlanRefused, match=f"was planned without {flag}, and apply was given it"):
+        saved.check_origin(
+            Plan(cluster=CLUSTER, desiredDigest=TREE), CLUSTER, TREE, _options(**{field: True})
+        )
+
+
+def test_differences_name_each_change_planning_does_not_give() -> None:
+    state = desired(n1={"a.io/x": "1", "a.io/y": "2"})
+    nodes = [live("n1", {}, rv="5")]
+    replanned = build_plan(state, nodes)
+    assert list(saved.differences(replanned, replanned, nodes)) == []
+    [node] = replanned.nodes
+    x, y = node.changes
+    edited = replanned.model_copy(
+        update={
+            "nodes": (
+                node.model_copy(update={"changes": (x.model_copy(update={"after": "9"}), y)}),
+            )
+        }
+    )
+    assert list(saved.differences(edited, replanned, nodes)) == ["n1 a.io/x 9 (planning gives 1)"]
+    fewer = replanned.model_copy(update={"nodes": (node.model_copy(update={"changes": (x,)}),)})
+    assert list(saved.differences(fewer, replanned, nodes)) == [
+        "n1 a.io/y 2 (planned now, not in the plan)"
+    ]
+    # A node planning gives nothing for, and drift that appeared since (not in the plan).
+    assert list(
+        saved.differences(
+            replanned, build_plan(state, [live("n1", {"a.io/x": "1", "a.io/y": "2"})]), nodes
+        )
+    ) == [
+        "n1 a.io/x 1 (planning gives no change)",
+        "n1 a.io/y 2 (planning gives no change)",
+    ]
+    assert list(saved.differences(Plan(), replanned, nodes)) == []
 
 
 def test_stale_check_names_the_node_and_both_versions() -> None:

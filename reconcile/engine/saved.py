@@ -1,0 +1,227 @@
+"""Saved plans: may this plan file be applied here? The one home of that answer.
+
+A saved plan (`plan --out FILE`) is applied only when it is exactly what planning gives
+again, from the same desired/ tree, against the live cluster, with the options apply was
+given. Its own digest only catches an edit that did not recompute it; what makes an edited
+plan harmless is that nothing in it is taken on trust:
+
+- its schema and its digest (a file truncated or edited by hand), and with a plan key
+  (RECONCILE_PLAN_KEY) an HMAC-SHA256 signature, so a pipeline can prove that a plan came
+  from its own plan step;
+- the cluster it was made for (the kube-system namespace's UID) and the tree (its digest);
+- the options it was planned with (`--prune`, `--force-conflicts`, `--recreate`, ...): they
+  must be the ones apply is given, so a file alone never grants a destructive option;
+- every planned node and object has not moved since (else "stale"), unless a node already
+  carries exactly its planned change (applying twice writes nothing);
+- and then every node change and every object (action, manifest, plural, scope, changes)
+  is what re-planning gives now; the first difference is named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from reconcile.diagnostics import PlanRefused, ReconcileError
+from reconcile.engine.plan import ClusterIdentity, NodePlan, ObjectPlan, Plan, SavedPlan
+from reconcile.kube.objects import LiveNode
+
+SIGNATURE_PREFIX: Final = "hmac-sha256:"
+
+# The planning options a plan records, each with the flag that asks for it: a saved plan
+# is applied only by an apply given the same ones.
+OPTIONS: Final = (
+    ("prune", "--prune"),
+    ("allowEmptyPrune", "--allow-empty-prune"),
+    ("pruneNamespaceContents", "--prune-namespace-contents"),
+    ("forceConflicts", "--force-conflicts"),
+    ("recreate", "--recreate"),
+    ("allowMissingNodes", "--allow-missing-nodes"),
+)
+
+# A saved plan is a few megabytes at fleet scale; a file far larger is not one.
+MAX_PLAN_BYTES: Final = 512 * 1024 * 1024
+
+
+def read(path: Path) -> bytes:
+    """The bytes of a plan file: a regular file (a FIFO or a device would block or never
+    end), read once."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        raise ReconcileError(f"cannot read plan {path}: {e.strerror or e}") from e
+    if not stat.S_ISREG(mode):
+        raise ReconcileError(f"cannot read plan {path}: not a regular file")
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_PLAN_BYTES + 1)
+    except OSError as e:
+        raise ReconcileError(f"cannot read plan {path}: {e.strerror or e}") from e
+    if len(data) > MAX_PLAN_BYTES:
+        raise ReconcileError(f"{path} is not a saved reconcile plan: larger than 512 MiB")
+    return data
+
+
+def parse(document: bytes | dict[str, Any], where: str) -> Plan:
+    """A saved plan, checked against plan.schema.json and its own digest."""
+    try:
+        if isinstance(document, bytes):
+            saved = SavedPlan.model_validate_json(document)
+        else:
+            saved = SavedPlan.model_validate(document)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        at = ".".join(str(p) for p in first["loc"]) or "(document)"
+        raise ReconcileError(
+            f"{where} is not a saved reconcile plan ({at}: {first['msg']}); "
+            "write one with `reconcile plan --out FILE`"
+        ) from None
+    plan = Plan.model_validate(saved.model_dump())
+    if plan.body_digest() != saved.digest:
+        raise ReconcileError(
+            f"{where} was changed after `reconcile plan` wrote it (its digest {saved.digest} "
+            f"does not match its content, {plan.body_digest()}): nothing was applied. "
+            "Run `reconcile plan --out FILE` again"
+        )
+    return plan
+
+
+def load(path: Path) -> Plan:
+    """The single-cluster plan saved at `path` (schema and digest checked)."""
+    return parse(read(path), str(path))
+
+
+def _mac(key: bytes, plan: Plan) -> str:
+    assert plan.digest is not None
+    return SIGNATURE_PREFIX + hmac.new(key, plan.digest.encode(), hashlib.sha256).hexdigest()
+
+
+def sign(plan: Plan, key: bytes) -> Plan:
+    """The plan with an HMAC-SHA256 of its digest under `key` (the digest covers the body)."""
+    return plan.model_copy(update={"signature": _mac(key, plan)})
+
+
+def check_signature(plan: Plan, key: bytes | None, where: str) -> None:
+    """Refuse a plan whose signature does not verify under `key`, an unsigned plan when
+    there is a key, and a signed plan when there is none to verify it with."""
+    if key is None:
+        if plan.signature is not None:
+            raise PlanRefused(
+                f"{where} is signed, but RECONCILE_PLAN_KEY is not set to verify it: "
+                "nothing was applied"
+            )
+        return
+    if plan.signature is None:
+        raise PlanRefused(
+            f"{where} is not signed, and RECONCILE_PLAN_KEY requires a signed plan: "
+            "nothing was applied. Make it with `reconcile plan --out FILE` and the same key"
+        )
+    if not hmac.compare_digest(plan.signature, _mac(key, plan)):
+        raise PlanRefused(
+            f"{where} has a signature that does not verify with RECONCILE_PLAN_KEY "
+            "(signed with another key, or edited): nothing was applied"
+        )
+
+
+def check_origin(
+    plan: Plan, identity: ClusterIdentity, desired_digest: str, options: dict[str, bool]
+) -> None:
+    """Refuse a plan made for another cluster, from another tree, or with other options."""
+    if plan.cluster is None or plan.desiredDigest is None:
+        raise PlanRefused("the plan does not say which cluster and desired/ tree it was made from")
+    if plan.cluster.kubeSystemUID != identity.kubeSystemUID:
+        raise PlanRefused(
+            f"the plan was made for another cluster ({plan.cluster.server}, kube-system uid "
+            f"{plan.cluster.kubeSystemUID}); this is {identity.server} (kube-system uid "
+            f"{identity.kubeSystemUID}): nothing was applied"
+        )
+    if desired_digest != plan.desiredDigest:
+        raise PlanRefused(
+            f"the plan was made from another desired/ tree ({plan.desiredDigest}) than the one "
+            f"here ({desired_digest}): nothing was applied. Re-run `reconcile plan --out FILE`"
+        )
+    for field, flag in OPTIONS:
+        planned, given = bool(getattr(plan, field)), options[field]
+        if planned != given:
+            said = "was planned with" if planned else "was planned without"
+            raise PlanRefused(
+                f"the plan {said} {flag}, and apply {'was not' if planned else 'was'} given it: "
+                "a saved plan is applied with the options it was planned with, so a plan file "
+                "alone never grants one. Nothing was applied"
+            )
+
+
+def differences(saved: Plan, replanned: Plan, live: Sequence[LiveNode]) -> Iterator[str]:
+    """Where the saved plan is not what planning gives now, change by change. Nodes that
+    already carry their planned changes are left out (applying them writes nothing); what
+    re-planning gives beyond the saved plan (drift that appeared since) is not applied and
+    is no difference."""
+    nodes = {node.name: node for node in live}
+    fresh = {node.name: node for node in replanned.nodes}
+    for node_plan in saved.nodes:
+        now = nodes.get(node_plan.name)
+        if now is not None and not node_plan.converged(now):
+            continue  # in place already: nothing of it will be written
+        yield from _node_differences(node_plan, fresh.get(node_plan.name))
+    objects = {obj.identity: obj for obj in replanned.objects}
+    for obj in saved.objects:
+        yield from _object_differences(obj, objects.get(obj.identity))
+    if saved.objects and saved.inventory != replanned.inventory:
+        yield "the object inventory to record (not the one planning gives)"
+
+
+def _node_differences(saved: NodePlan, fresh: NodePlan | None) -> Iterator[str]:
+    if fresh is None:
+        for change in saved.changes:
+            yield f"{saved.name} {change.shown_key} {change.shown_value} (planning gives no change)"
+        return
+    planned = {(c.fact, c.key): c for c in fresh.changes}
+    for change in saved.changes:
+        now = planned.pop((change.fact, change.key), None)
+        if now is None:
+            yield f"{saved.name} {change.shown_key} {change.shown_value} (planning gives no change)"
+        elif now != change:
+            yield (
+                f"{saved.name} {change.shown_key} {change.shown_value} "
+                f"(planning gives {now.shown_value})"
+            )
+    for change in planned.values():
+        yield f"{saved.name} {change.shown_key} {change.shown_value} (planned now, not in the plan)"
+    for field in ("inventory", "taints", "refusal", "resourceVersion", "source"):
+        if getattr(saved, field) != getattr(fresh, field):
+            yield f"{saved.name} {field} (not what planning gives)"
+
+
+def _object_differences(saved: ObjectPlan, fresh: ObjectPlan | None) -> Iterator[str]:
+    if fresh is None:
+        yield f"{saved.id} {saved.action} (planning gives no change)"
+        return
+    if saved.action != fresh.action:
+        yield f"{saved.id} action {saved.action} (planning gives {fresh.action})"
+        return
+    for field in (
+        "plural",
+        "namespaced",
+        "manifest",
+        "manifestDigest",
+        "resourceVersion",
+        "changes",
+        "source",
+    ):
+        if getattr(saved, field) != getattr(fresh, field):
+            yield f"{saved.id} {field} (not what planning gives)"
+
+
+def refuse_differences(saved: Plan, replanned: Plan, live: Sequence[LiveNode]) -> None:
+    """Raise PlanRefused naming the first difference, if there is one."""
+    for difference in differences(saved, replanned, live):
+        raise PlanRefused(
+            f"the plan is not what planning gives now: {difference}: nothing was applied. "
+            "Re-run `reconcile plan --out FILE`"
+        )

@@ -351,3 +351,73 @@ def test_validate_refuses_a_selector_of_only_empty_terms() -> None:
     assert (
         problem.summary == 'Pod "p": every node selector term is empty: it can never be scheduled'
     )
+
+
+# --- tolerations and the taint manager ---------------------------------------------------------
+
+ML = {"key": "dedicated", "value": "ml", "effect": "NoExecute"}
+
+
+@pytest.mark.parametrize(
+    ("toleration", "taint", "tolerated"),
+    [
+        ({"operator": "Exists"}, ML, True),  # an empty key with Exists: every taint
+        ({"operator": "Exists", "effect": "NoSchedule"}, ML, False),
+        ({"key": "dedicated", "operator": "Exists"}, ML, True),  # an empty effect: every effect
+        ({"key": "dedicated", "value": "ml"}, ML, True),  # no operator: Equal
+        ({"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoExecute"}, ML, True),
+        ({"key": "dedicated", "value": "cpu"}, ML, False),  # the value does not match
+        ({"key": "dedicated"}, ML, False),  # Equal to the empty value
+        ({"key": "dedicated"}, {"key": "dedicated", "effect": "NoExecute"}, True),
+        ({"key": "other", "operator": "Exists"}, ML, False),
+        ({"key": "dedicated", "operator": "Unknown"}, ML, False),
+        # TaintTolerationComparisonOperators: the taint's value against the toleration's
+        ({"key": "gpu", "operator": "Gt", "value": "4"}, {"key": "gpu", "value": "8"}, True),
+        ({"key": "gpu", "operator": "Gt", "value": "8"}, {"key": "gpu", "value": "8"}, False),
+        ({"key": "gpu", "operator": "Lt", "value": "8"}, {"key": "gpu", "value": "4"}, True),
+        ({"key": "gpu", "operator": "Lt", "value": "8"}, {"key": "gpu", "value": "04"}, False),
+        ({"key": "gpu", "operator": "Gt", "value": "x"}, {"key": "gpu", "value": "8"}, False),
+    ],
+)
+def test_a_toleration_tolerates_a_taint_as_upstream_says(
+    toleration: dict[str, Any], taint: dict[str, Any], tolerated: bool
+) -> None:
+    assert scheduler.tolerates(toleration, taint) is tolerated
+
+
+def _seconds(seconds: int, **toleration: Any) -> dict[str, Any]:
+    return {"effect": "NoExecute", "tolerationSeconds": seconds, **toleration}
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "taints", "delay"),
+    [
+        ([], [ML], 0),  # not tolerated: at once
+        ([{"key": "dedicated", "value": "cpu"}], [ML], 0),
+        ([{"operator": "Exists"}], [ML], None),  # tolerated for good
+        ([_seconds(60, key="dedicated", operator="Exists")], [ML], 60),
+        ([_seconds(0, key="dedicated", operator="Exists")], [ML], 0),
+        ([_seconds(-5, key="dedicated", operator="Exists")], [ML], 0),
+        # The first toleration that matches is the one used, in the pod's order.
+        ([_seconds(60, key="dedicated", operator="Exists"), {"operator": "Exists"}], [ML], 60),
+        ([{"operator": "Exists"}, _seconds(60, key="dedicated", operator="Exists")], [ML], None),
+        # The least tolerationSeconds over every NoExecute taint of the node.
+        (
+            [_seconds(300, key="a", operator="Exists"), _seconds(60, key="b", operator="Exists")],
+            [{"key": "a", "effect": "NoExecute"}, {"key": "b", "effect": "NoExecute"}],
+            60,
+        ),
+        # One untolerated NoExecute taint is at once, whatever tolerates the others.
+        (
+            [_seconds(300, key="a", operator="Exists")],
+            [{"key": "a", "effect": "NoExecute"}, {"key": "b", "effect": "NoExecute"}],
+            0,
+        ),
+        ([], [{"key": "a", "effect": "NoSchedule"}], None),  # only NoExecute evicts
+        ([], [], None),
+    ],
+)
+def test_when_the_taint_manager_evicts_a_running_pod(
+    tolerations: list[dict[str, Any]], taints: list[dict[str, Any]], delay: int | None
+) -> None:
+    assert scheduler.eviction_delay({"tolerations": tolerations}, taints) == delay

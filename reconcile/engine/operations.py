@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reconcile.desired.models import DesiredState
-from reconcile.diagnostics import ReconcileError
+from reconcile.diagnostics import ReconcileError, StalePlan
 from reconcile.engine import placement
 from reconcile.engine.apply import (
     ApplyResult,
@@ -77,6 +77,8 @@ class PlanRequest:
     recreate: bool = False
     # Declared nodes absent from the cluster are not drift (nodes come and go).
     allow_missing_nodes: bool = False
+    # A NoExecute taint that evicts running pods is a warning, not a finding that stops apply.
+    allow_evictions: bool = False
 
 
 def plan(
@@ -130,6 +132,7 @@ def plan(
                 if any(c.fact is not Fact.ANNOTATION for c in n.changes)
             ]
         ),
+        allow_evictions=request.allow_evictions,
     )
     phase("checking the change")
     findings = [*objects.findings, *run_checks(checks, projection)]
@@ -140,6 +143,7 @@ def plan(
             "prunableObjects": tuple(objects.prunable),
             "inventory": objects.inventory,
             "forceConflicts": request.force_conflicts,
+            "allowEvictions": request.allow_evictions,
             "pruneNamespaceContents": request.prune_namespace_contents,
         }
     )
@@ -191,6 +195,32 @@ def verify_saved(saved: SavedPlan, cluster: PlanCluster) -> None:
     )
     check_fresh(saved.plan, live)
     check_objects_fresh(saved.plan, cluster)
+    _refuse_new_evictions(saved.plan, live, cluster)
+
+
+def _refuse_new_evictions(the_plan: Plan, live: Sequence[LiveNode], cluster: PlanCluster) -> None:
+    """Refuse (StalePlan) a saved plan whose NoExecute taints now evict running pods its
+    findings did not name: pods start on a node between plan and apply, and its
+    resourceVersion does not move for them. Not for a plan made with --allow-evictions,
+    nor one whose findings already stop apply."""
+    if the_plan.allowEvictions or blocking(the_plan.findings):
+        return
+    tainting = {
+        n.name: n.taints or () for n in the_plan.nodes if placement.adds_no_execute(n.changes)
+    }
+    if not tainting:
+        return
+    nodes = [node for node in live if node.name in tainting]
+    found = placement.taint_evictions(
+        nodes, tainting, cluster.pods_on_nodes([node.name for node in nodes])
+    )
+    if found:
+        raise StalePlan(
+            "plan is stale: "
+            + "; ".join(f"{f.subject}: {f.message}" for f in found)
+            + " (pods that started since the plan was made): nothing was applied. Run "
+            "`reconcile plan` again"
+        )
 
 
 @dataclass(frozen=True)

@@ -180,6 +180,8 @@ class Plan(_Frozen):
     allowEmptyPrune: bool = False
     pruneNamespaceContents: bool = False
     forceConflicts: bool = False
+    # Planned with --allow-evictions: running pods a NoExecute taint evicts do not stop apply.
+    allowEvictions: bool = False
     nodes: tuple[NodePlan, ...] = ()
     missingNodes: tuple[MissingNode, ...] = ()
     # Declared nodes that are absent and may be (`optional: true`, --allow-missing-nodes).

@@ -421,3 +421,76 @@ def test_when_the_taint_manager_evicts_a_running_pod(
     tolerations: list[dict[str, Any]], taints: list[dict[str, Any]], delay: int | None
 ) -> None:
     assert scheduler.eviction_delay({"tolerations": tolerations}, taints) == delay
+
+
+def _running(name: str, node: str, phase: str = "Running", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"nodeName": node, **spec},
+        "status": {"phase": phase},
+    }
+
+
+def _evictions(
+    before: tuple[dict[str, Any], ...],
+    after: tuple[dict[str, Any], ...],
+    pods: list[dict[str, Any]],
+    *,
+    allowed: bool = False,
+) -> list[Any]:
+    return placement.evictions(
+        [NodeView("n", {}, taints=before)],
+        [NodeView("n", {}, taints=after)],
+        placement.running_pods(pods),
+        allowed=allowed,
+    )
+
+
+def test_a_new_no_execute_taint_names_the_pods_it_evicts_and_blocks_apply() -> None:
+    pods = [
+        _running("b", "n"),
+        _running("a", "n", tolerations=[_seconds(60, key="dedicated", operator="Exists")]),
+        _running("forever", "n", tolerations=[{"key": "dedicated", "operator": "Exists"}]),
+        _running("done", "n", phase="Succeeded"),  # terminal: nothing to evict
+        _running("failed", "n", phase="Failed"),
+        _running("elsewhere", "m"),
+    ]
+    [finding] = _evictions((), (ML,), pods)
+    assert (finding.severity, finding.kind, finding.subject, finding.blocksApply) == (
+        Severity.ERROR,
+        "eviction",
+        "n",
+        True,
+    )
+    assert finding.message == (
+        "taint dedicated=ml:NoExecute evicts 2 running pod(s) that do not tolerate it (or only "
+        "for their tolerationSeconds): ns/a (after 60s), ns/b; --allow-evictions accepts it"
+    )
+    [allowed] = _evictions((), (ML,), pods, allowed=True)
+    assert (allowed.severity, allowed.blocksApply) == (Severity.WARNING, False)
+    assert allowed.message.endswith("ns/a (after 60s), ns/b")
+
+
+def test_a_value_change_evicts_the_pods_that_tolerated_the_old_value() -> None:
+    pods = [_running("cpu-only", "n", tolerations=[{"key": "dedicated", "value": "cpu"}])]
+    cpu = {**ML, "value": "cpu"}
+    [finding] = _evictions((cpu,), (ML,), pods)
+    assert finding.message.startswith("taint dedicated=ml:NoExecute evicts 1 running pod(s)")
+    assert _evictions((cpu,), (cpu,), pods) == []  # unchanged: not this plan's doing
+
+
+def test_what_does_not_evict_is_no_finding() -> None:
+    pods = [_running("p", "n")]
+    no_schedule = {**ML, "effect": "NoSchedule"}
+    assert _evictions((), (no_schedule,), pods) == []  # the stranding check's business
+    assert _evictions((ML,), (), pods) == []  # a taint removed evicts nothing
+    assert _evictions((), (ML,), []) == []  # nothing runs there
+
+
+def test_the_evicted_pods_named_are_bounded() -> None:
+    pods = [_running(f"p{i}", "n") for i in range(8)]
+    [finding] = _evictions((), ({"key": "dedicated", "effect": "NoExecute"},), pods)
+    assert finding.message == (
+        "taint dedicated:NoExecute evicts 8 running pod(s) that do not tolerate it: ns/p0, "
+        "ns/p1, ns/p2, ns/p3, ns/p4 and 3 more; --allow-evictions accepts it"
+    )

@@ -1,6 +1,6 @@
 """A NoExecute taint evicts the running pods that do not tolerate it the moment it lands:
-`plan` names them in an error finding, `apply` (fresh or saved) writes nothing toward
-it, and `--allow-evictions` makes it a warning that lets it through."""
+`plan` names them in an error finding, `apply` (fresh or saved) and `watch --correct`
+write nothing toward it, and `--allow-evictions` makes it a warning that lets it through."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.test_prune_guards import snapshot
+from tests.e2e.test_watch import eventually, watching
 from tests.support import TestCluster, markdown_table_rows, run_cli
 
 TAINT = "taint:dedicated:NoExecute"
@@ -200,3 +201,56 @@ def test_a_saved_plan_is_stale_when_a_pod_it_would_evict_started_since(
         "that started since the plan was made): nothing was applied. Run `reconcile plan` again"
     )
     assert snapshot(lab) == before
+
+
+def test_watch_corrects_nothing_toward_an_eviction(lab: TestCluster, workdir: Path) -> None:
+    _taint_node_1(workdir)
+    before = snapshot(lab)
+    with watching(lab, workdir / "desired", correct=True) as (heard, _):
+        assert heard.blocking and f"{FINDING}" in heard.blocking[-1]
+        assert f"lab-node-1 {TAINT} ml" in heard.drift_lines()
+        assert heard.drift_lines("corrected") == []
+    assert snapshot(lab) == before
+
+
+def test_watch_does_not_put_back_a_taint_that_now_evicts_a_pod(
+    lab: TestCluster, workdir: Path
+) -> None:
+    taint = {"key": "dedicated", "value": "ml", "effect": "NoExecute"}
+    lab.create(_node("lab-node-5", [taint]))
+    # It tolerates the taint for an hour: it runs there, and putting the taint back once it
+    # is gone would start that hour.
+    lab.create(_pod("an-hour", "lab-node-5", [{**taint, "tolerationSeconds": 3600}]))
+    (workdir / "desired" / "nodes" / "lab-node-5.yaml").write_text(
+        "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata: {name: lab-node-5}\n"
+        "taints:\n- {key: dedicated, value: ml, effect: NoExecute}\n"
+    )
+    with watching(lab, workdir / "desired", correct=True) as (heard, _):
+        assert not heard.blocking  # in sync: nothing to say
+        status, body = lab.raw(
+            "PATCH",
+            "/api/v1/nodes/lab-node-5",
+            {"spec": {"taints": None}},
+            "application/merge-patch+json",
+        )
+        assert status == 200, body
+        eventually(lambda: f"lab-node-5 {TAINT} ml" in heard.drift_lines(), "the drift")
+        eventually(lambda: heard.failures, "the refusal")
+        assert heard.failures == [
+            (
+                "lab-node-5",
+                "not corrected: taint dedicated=ml:NoExecute evicts 1 running pod(s) that do "
+                "not tolerate it (or only for their tolerationSeconds): default/an-hour (after "
+                "3600s); --allow-evictions accepts it",
+            )
+        ]
+        assert [line for line in heard.lines if line[:2] == ("corrected", "lab-node-5")] == []
+    assert [t for t in _taints(lab, "lab-node-5") if t["key"] == "dedicated"] == []
+
+
+def test_watch_allow_evictions_needs_correct(workdir: Path) -> None:
+    result = run_cli("watch", "--allow-evictions", cwd=workdir)
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        "error: --allow-evictions accepts what a correction evicts: it needs --correct"
+    ]

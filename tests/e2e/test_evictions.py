@@ -53,11 +53,16 @@ def _pod(name: str, node: str, tolerations: list[dict[str, Any]]) -> dict[str, A
 
 
 def _node(name: str, taints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A cordoned node: on a real cluster the scheduler places none of the lab's pending
+    pods there; the test binds its own pods by name."""
+    spec: dict[str, Any] = {"unschedulable": True}
+    if taints:
+        spec["taints"] = taints
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {"taints": taints} if taints else {},
+        "spec": spec,
     }
 
 
@@ -180,7 +185,7 @@ def test_a_saved_plan_with_the_eviction_is_refused_and_one_made_allowing_it_appl
 def test_a_saved_plan_is_stale_when_a_pod_it_would_evict_started_since(
     lab: TestCluster, workdir: Path
 ) -> None:
-    lab.create(_node("lab-node-5"))
+    lab.seed([_node("lab-node-5")])  # on a real cluster: Ready, its not-ready taint gone
     (workdir / "desired" / "nodes" / "lab-node-5.yaml").write_text(
         "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata: {name: lab-node-5}\n"
         "taints:\n- {key: dedicated, value: ml, effect: NoExecute}\n"
@@ -217,10 +222,14 @@ def test_watch_does_not_put_back_a_taint_that_now_evicts_a_pod(
     lab: TestCluster, workdir: Path
 ) -> None:
     taint = {"key": "dedicated", "value": "ml", "effect": "NoExecute"}
-    lab.create(_node("lab-node-5", [taint]))
     # It tolerates the taint for an hour: it runs there, and putting the taint back once it
     # is gone would start that hour.
-    lab.create(_pod("an-hour", "lab-node-5", [{**taint, "tolerationSeconds": 3600}]))
+    lab.seed(
+        [
+            _node("lab-node-5", [taint]),
+            _pod("an-hour", "lab-node-5", [{**taint, "tolerationSeconds": 3600}]),
+        ]
+    )
     (workdir / "desired" / "nodes" / "lab-node-5.yaml").write_text(
         "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata: {name: lab-node-5}\n"
         "taints:\n- {key: dedicated, value: ml, effect: NoExecute}\n"

@@ -73,6 +73,7 @@ def _plan_request(
     force_conflicts: bool = False,
     recreate: bool = False,
     allow_missing_nodes: bool = False,
+    allow_evictions: bool = False,
 ) -> PlanRequest:
     """The plan request argv asks for (desired/ filled in later when `state` is None)."""
     from reconcile.desired.models import DesiredState
@@ -86,6 +87,7 @@ def _plan_request(
         force_conflicts=force_conflicts,
         recreate=recreate,
         allow_missing_nodes=allow_missing_nodes,
+        allow_evictions=allow_evictions,
     )
 
 
@@ -155,6 +157,11 @@ def _object_options(command: F) -> F:
         help="Delete and create objects whose changed fields cannot be updated in place.",
     )(command)
     command = click.option(
+        "--allow-evictions",
+        is_flag=True,
+        help="A NoExecute taint that evicts running pods is a warning, not a finding that stops apply.",
+    )(command)
+    command = click.option(
         "--allow-missing-nodes",
         is_flag=True,
         help="Declared nodes absent from the cluster are noted, not drift (nodes come and go).",
@@ -189,6 +196,7 @@ def plan(
     force_conflicts: bool,
     recreate: bool,
     allow_missing_nodes: bool,
+    allow_evictions: bool,
     timeout: float,
     clusters: tuple[str, ...],
 ) -> None:
@@ -208,6 +216,7 @@ def plan(
             force_conflicts=force_conflicts,
             recreate=recreate,
             allow_missing_nodes=allow_missing_nodes,
+            allow_evictions=allow_evictions,
         )
         if fleet is not None:
             sys.exit(
@@ -268,6 +277,7 @@ def apply(
     force_conflicts: bool,
     recreate: bool,
     allow_missing_nodes: bool,
+    allow_evictions: bool,
     timeout: float,
     clusters: tuple[str, ...],
 ) -> None:
@@ -299,6 +309,7 @@ def apply(
             force_conflicts=force_conflicts,
             recreate=recreate,
             allow_missing_nodes=allow_missing_nodes,
+            allow_evictions=allow_evictions,
         )
         if (g.desired / "clusters.yaml").is_file():
             _apply_fleet(g, plan_file, planning, clusters, timeout, parallel, allow_missing_image)

@@ -468,7 +468,7 @@ def render_apply_failures(result: ApplyResult, err: TextIO) -> None:
     for rejected in result.rejected:
         err.write(f"rejected: {rejected}\n")
     if result.rejected:
-        err.write("error: the API server would reject the objects above: nothing was applied\n")
+        err.write(f"error: {len(result.rejected)} refusal(s) above: nothing was applied\n")
     for node in result.failed:
         err.write(f"{node.name}: not converged: {node.error}\n")
     for obj in result.failed_objects:

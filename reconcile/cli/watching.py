@@ -263,6 +263,11 @@ def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     help="Correct nodes onto driver images the support matrix does not list.",
 )
 @click.option(
+    "--allow-evictions",
+    is_flag=True,
+    help="With --correct: correct toward a NoExecute taint even when it evicts running pods.",
+)
+@click.option(
     "--force-conflicts",
     is_flag=True,
     help="With --correct: take back fields another field manager took (server-side apply force).",
@@ -316,6 +321,7 @@ def watch(
     prune: bool,
     allow_empty_prune: bool,
     allow_missing_image: bool,
+    allow_evictions: bool,
     force_conflicts: bool,
     resync: float,
     desired_interval: float,
@@ -335,6 +341,8 @@ def watch(
 
     if prune and not correct:
         fail("--prune removes labels: it needs --correct")
+    if allow_evictions and not correct:
+        fail("--allow-evictions accepts what a correction evicts: it needs --correct")
     if (g.desired / "clusters.yaml").is_file():
         fail(
             f"{g.desired}/clusters.yaml declares a fleet: watch follows one cluster; run one "
@@ -359,6 +367,7 @@ def watch(
                 prune=prune,
                 allow_empty_prune=allow_empty_prune,
                 force_conflicts=force_conflicts,
+                allow_evictions=allow_evictions,
             ),
             correct=correct,
             allow_refused=allow_missing_image,

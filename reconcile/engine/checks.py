@@ -122,6 +122,9 @@ class Projection:
     # The pods on the nodes whose labels or taints change (the only pods a change can
     # strand), read once and only if a check asks.
     read_pods: Callable[[], Sequence[dict[str, Any]]] = field(default=lambda: ())
+    # Running pods a new NoExecute taint evicts are a warning, not an error that stops
+    # apply (--allow-evictions).
+    allow_evictions: bool = False
 
     @cached_property
     def labels_after(self) -> dict[str, dict[str, str]]:

@@ -75,6 +75,8 @@ class PlanRequest:
     recreate: bool = False
     # Declared nodes absent from the cluster are not drift (nodes come and go).
     allow_missing_nodes: bool = False
+    # A NoExecute taint that evicts running pods is a warning, not a finding that stops apply.
+    allow_evictions: bool = False
 
     def options(self) -> dict[str, bool]:
         """The options as a plan records them (its fields of the same names)."""
@@ -85,6 +87,7 @@ class PlanRequest:
             "forceConflicts": self.force_conflicts,
             "recreate": self.recreate,
             "allowMissingNodes": self.allow_missing_nodes,
+            "allowEvictions": self.allow_evictions,
         }
 
 
@@ -139,6 +142,7 @@ def plan(
                 if any(c.fact is not Fact.ANNOTATION for c in n.changes)
             ]
         ),
+        allow_evictions=request.allow_evictions,
     )
     phase("checking the change")
     findings = [*objects.findings, *run_checks(checks, projection)]

@@ -17,6 +17,7 @@ from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.engine.checks import Finding, Projection, projected_labels
+from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact
 from reconcile.kube.kinds import ObjectId, apply_rank, workload_id
 from reconcile.kube.objects import LiveNode
@@ -24,6 +25,7 @@ from reconcile.kube.scheduler import (
     HOSTNAME,
     REASON_ANTI_AFFINITY,
     NodeView,
+    eviction_delay,
     filter_reason,
     is_empty_term,
     required_node_affinity_matches,
@@ -338,9 +340,111 @@ def impact(
     return found
 
 
+# How many pods an eviction finding names before "and N more".
+EVICTIONS_SHOWN = 5
+
+
+def _shown_taint(taint: Mapping[str, Any]) -> str:
+    """As `kubectl taint` writes it: `key=value:Effect`, `key:Effect` without a value."""
+    value = taint.get("value") or ""
+    return f"{taint.get('key')}{'=' + str(value) if value else ''}:{taint.get('effect')}"
+
+
+def evictions(
+    before: Sequence[NodeView],
+    after: Sequence[NodeView],
+    pods: Sequence[RunningPod],
+    *,
+    allowed: bool = False,
+) -> list[Finding]:
+    """Running pods a NoExecute taint of the change evicts: one finding per node and
+    taint that is new, or whose value changes (a toleration may match by value), naming
+    the pods it evicts, each with when (`eviction_delay`: at once, or after its
+    tolerationSeconds). An error that blocks apply; a warning when `allowed`
+    (--allow-evictions)."""
+    before_by_name = {node.name: node for node in before}
+    by_node: dict[str, list[RunningPod]] = {}
+    for pod in pods:
+        by_node.setdefault(pod.node, []).append(pod)
+    found: list[Finding] = []
+    for node in after:
+        was = before_by_name.get(node.name)
+        on_node = by_node.get(node.name)
+        if was is None or not on_node:
+            continue
+        old = {(t.get("key"), t.get("effect"), t.get("value") or "") for t in was.taints}
+        for taint in node.taints:
+            if taint.get("effect") != "NoExecute":
+                continue
+            if (taint.get("key"), taint.get("effect"), taint.get("value") or "") in old:
+                continue  # already there: whatever it evicts is not this change's doing
+            evicted = [
+                (pod, eviction_delay(pod.spec, node.taints))
+                for pod in sorted(on_node, key=lambda p: p.id)
+                if eviction_delay(pod.spec, (taint,)) is not None
+            ]
+            if evicted:
+                found.append(_eviction(node.name, taint, evicted, allowed=allowed))
+    return found
+
+
+def _eviction(
+    node: str,
+    taint: Mapping[str, Any],
+    evicted: Sequence[tuple[RunningPod, int | None]],
+    *,
+    allowed: bool,
+) -> Finding:
+    names = [
+        pod.id.removeprefix("Pod/") + (f" (after {delay}s)" if delay else "")
+        for pod, delay in evicted
+    ]
+    shown = ", ".join(names[:EVICTIONS_SHOWN])
+    if len(names) > EVICTIONS_SHOWN:
+        shown += f" and {len(names) - EVICTIONS_SHOWN} more"
+    which = "that do not tolerate it"
+    if any(delay for _, delay in evicted):
+        which += " (or only for their tolerationSeconds)"
+    message = f"taint {_shown_taint(taint)} evicts {len(names)} running pod(s) {which}: {shown}"
+    return Finding(
+        severity=Severity.WARNING if allowed else Severity.ERROR,
+        kind="eviction",
+        subject=node,
+        message=message + ("" if allowed else "; --allow-evictions accepts it"),
+        blocksApply=not allowed,
+    )
+
+
+def adds_no_execute(changes: Iterable[NodeChange]) -> bool:
+    """Whether `changes` put a NoExecute taint on the node or change its value: what
+    may evict running pods (nothing else a node change does evicts anything)."""
+    return any(
+        c.fact is Fact.TAINT and c.after is not None and c.key.endswith(":NoExecute")
+        for c in changes
+    )
+
+
+def taint_evictions(
+    live: Sequence[LiveNode],
+    taints_after: Mapping[str, Sequence[Mapping[str, Any]]],
+    pod_items: Iterable[Mapping[str, Any]],
+    *,
+    allowed: bool = False,
+) -> list[Finding]:
+    """`evictions` of `live` nodes once they carry `taints_after` (node -> its whole
+    taint list; a node not in it keeps its own), from a LIST of the pods on them."""
+    return evictions(
+        node_views(live),
+        node_views(live, None, {name: tuple(t) for name, t in taints_after.items()}),
+        running_pods(pod_items),
+        allowed=allowed,
+    )
+
+
 def impact_check(projection: Projection) -> list[Finding]:
     """The plan's placement impact, as a check: workloads and running pods the change
-    strands. Pods are read only when labels change."""
+    strands, and running pods a new NoExecute taint evicts. Pods are read only when
+    labels or taints change."""
     state = projection.desired
     if not (state.manifests or projection.nodes):
         return []
@@ -349,13 +453,18 @@ def impact_check(projection: Projection) -> list[Finding]:
     seen = any(c.fact is not Fact.ANNOTATION for n in projection.nodes for c in n.changes)
     pods = running_pods(projection.pods) if seen else []
     touched = {obj.identity for obj in projection.objects}
-    return impact(
-        state,
-        node_views(projection.live),
-        node_views(projection.live, projection.labels_after, projection.taints_after),
-        unchanged=frozenset(t.identity for t in workloads(state) if t.identity not in touched),
-        pods=pods,
-    )
+    before = node_views(projection.live)
+    after = node_views(projection.live, projection.labels_after, projection.taints_after)
+    return [
+        *impact(
+            state,
+            before,
+            after,
+            unchanged=frozenset(t.identity for t in workloads(state) if t.identity not in touched),
+            pods=pods,
+        ),
+        *evictions(before, after, pods, allowed=projection.allow_evictions),
+    ]
 
 
 def placement(state: DesiredState, live: Sequence[LiveNode] | None) -> list[Placement]:

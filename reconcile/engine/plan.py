@@ -182,6 +182,8 @@ class Plan(_Frozen):
     forceConflicts: bool = False
     recreate: bool = False
     allowMissingNodes: bool = False
+    # Planned with --allow-evictions: running pods a NoExecute taint evicts do not stop apply.
+    allowEvictions: bool = False
     nodes: tuple[NodePlan, ...] = ()
     missingNodes: tuple[MissingNode, ...] = ()
     # Declared nodes that are absent and may be (`optional: true`, --allow-missing-nodes).

@@ -43,6 +43,7 @@ OPTIONS: Final = (
     ("forceConflicts", "--force-conflicts"),
     ("recreate", "--recreate"),
     ("allowMissingNodes", "--allow-missing-nodes"),
+    ("allowEvictions", "--allow-evictions"),
 )
 
 # A saved plan is a few megabytes at fleet scale; a file far larger is not one.

@@ -5,7 +5,9 @@ re-plans that one node against the desired/ tree in force. Workload objects are
 re-planned on a resync interval and whenever the tree changes. A new tree that does not
 validate is reported and the last valid one stays in force: nothing is ever corrected
 toward an invalid tree, nor toward a tree whose full plan has a finding that blocks
-`apply` (a stranded workload, a missing driver image, an object the server rejects).
+`apply` (running pods a NoExecute taint evicts, a missing driver image, an object the
+server rejects). A node event re-plans that node alone: a correction that would put a
+NoExecute taint on it looks at the node's pods first.
 
 Corrections (`correct`) are `apply`'s own one-request writes with their resourceVersion
 precondition. A fact corrected more than `flap_limit` times in `flap_window` on a node is
@@ -31,7 +33,7 @@ from typing import Any, Protocol
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Diagnostic, EmptyPrune, ReconcileError
-from reconcile.engine import operations
+from reconcile.engine import operations, placement
 from reconcile.engine.apply import apply_objects, apply_plan
 from reconcile.engine.checks import Check, NodePolicy, blocking
 from reconcile.engine.diff import NodeChange
@@ -217,6 +219,9 @@ class Watcher:
         self.blocking: list[str] = []
         self.node_drift: dict[str, tuple[NodeChange, ...]] = {}
         self.object_drift: dict[str, tuple[Any, ...]] = {}
+        # Node changes held back because they evict running pods (node -> the changes),
+        # until a full plan looks at the pods again.
+        self.evicting: dict[str, tuple[NodeChange, ...]] = {}
         self.flaps = _Flaps(
             request.flap_limit, request.flap_window, request.flap_backoff, request.flap_backoff_max
         )
@@ -364,8 +369,9 @@ class Watcher:
         planned = {node_plan.name: node_plan for node_plan in plan.nodes}
         for name in set(self.node_drift) - set(planned):
             del self.node_drift[name]
+        self.evicting.clear()  # the plan's own check saw the pods
         for node_plan in plan.nodes:
-            self._settle(node_plan, self.nodes[node_plan.name])
+            self._settle(node_plan, self.nodes[node_plan.name], checked=True)
         self._settle_objects(plan)
         self._synced()
 
@@ -409,8 +415,10 @@ class Watcher:
     def _writing(self) -> bool:
         return self.request.correct and not self.blocking and self.may_write()
 
-    def _settle(self, node_plan: NodePlan, live: LiveNode) -> None:
-        """Report drift not reported yet; correct what may be corrected."""
+    def _settle(self, node_plan: NodePlan, live: LiveNode, *, checked: bool = False) -> None:
+        """Report drift not reported yet; correct what may be corrected. A change not
+        `checked` by a full plan's findings that puts a NoExecute taint on the node is
+        corrected only when it evicts no running pod (or --allow-evictions)."""
         before = set(self.node_drift.get(node_plan.name, ()))
         self.node_drift[node_plan.name] = node_plan.changes
         now = self.clock()
@@ -421,6 +429,8 @@ class Watcher:
         if node_plan.refusal is not None and not self.request.allow_refused:
             writing = False
         new = [c for c in node_plan.changes if c not in before]
+        if writing and not checked and self._evicts(node_plan, live, reported=bool(new)):
+            writing = False
         left = [c for c in new if not writing or c not in writable]
         if left:
             self.observer.drift(node_plan.name, left)
@@ -429,6 +439,33 @@ class Watcher:
                 self.observer.failed(node_plan.name, node_plan.refusal)
             return
         self._correct(_only(node_plan, writable, live), live)
+
+    def _evicts(self, node_plan: NodePlan, live: LiveNode, *, reported: bool) -> bool:
+        """Whether the node's changes evict running pods that --allow-evictions did not
+        accept (the pods on the node are read once per set of changes); said when
+        `reported` (the drift is new)."""
+        if self.request.planning.allow_evictions or not placement.adds_no_execute(
+            node_plan.changes
+        ):
+            return False
+        if self.evicting.get(node_plan.name) == node_plan.changes:
+            return True
+        try:
+            findings = placement.taint_evictions(
+                [live],
+                {live.name: node_plan.taints or ()},
+                self.cluster.pods_on_nodes([live.name]),
+            )
+        except ReconcileError as error:
+            self.observer.failed(live.name, f"not corrected: cannot read its pods: {error}")
+            return True
+        if not findings:
+            return False
+        self.evicting[node_plan.name] = node_plan.changes
+        if reported:
+            for finding in findings:
+                self.observer.failed(finding.subject, f"not corrected: {finding.message}")
+        return True
 
     def _correct(self, node_plan: NodePlan, live: LiveNode) -> None:
         assert self.policy is not None

@@ -1,11 +1,13 @@
 """The scheduler's filters on labels, to the letter: node affinity exactly as
 k8s.io/component-helpers/scheduling/corev1/nodeaffinity evaluates it (terms OR-ed,
 expressions and fields AND-ed, an empty term matches nothing), node selectors, cordoned
-nodes, untolerated taints, and FitError's message. Pure functions of a pod spec and a node.
+nodes, untolerated taints, and FitError's message; and when the taint manager evicts a
+running pod from a node's NoExecute taints. Pure functions of a pod spec and a node.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -234,17 +236,41 @@ DEFAULT_TOLERATIONS: Final = (
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    """v1.Toleration.ToleratesTaint."""
+    """v1.Toleration.ToleratesTaint: an empty effect matches every effect, an empty key
+    every key; operator `Equal` (or none) compares values, `Exists` takes any value,
+    `Gt`/`Lt` compare them as integers, any other operator matches nothing."""
     effect = toleration.get("effect") or ""
     if effect and effect != taint.get("effect"):
         return False
     key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
     if key and key != taint.get("key"):
         return False
+    operator = toleration.get("operator") or ""
+    value = str(toleration.get("value") or "")
+    if operator in ("", "Equal"):
+        return value == str(taint.get("value") or "")
     if operator == "Exists":
         return True
-    return bool(key) and (toleration.get("value") or "") == (taint.get("value") or "")
+    if operator in ("Gt", "Lt"):
+        # Behind the TaintTolerationComparisonOperators gate: the API server admits such
+        # a toleration only with the gate on, so a live pod that carries one is judged
+        # as the gated scheduler and taint manager judge it.
+        ours, theirs = _decimal(value), _decimal(str(taint.get("value") or ""))
+        if ours is None or theirs is None:
+            return False
+        return theirs > ours if operator == "Gt" else theirs < ours
+    return False
+
+
+_DECIMAL: Final = re.compile(r"0|-?[1-9][0-9]*")
+
+
+def _decimal(text: str) -> int | None:
+    """content.IsDecimalInteger then ParseInt(_, 10, 64): canonical form, 64 bits."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    number = int(text)
+    return number if -(2**63) <= number < 2**63 else None
 
 
 def untolerated_taint(pod_spec: Mapping[str, Any], node: NodeView) -> Mapping[str, Any] | None:
@@ -255,6 +281,43 @@ def untolerated_taint(pod_spec: Mapping[str, Any], node: NodeView) -> Mapping[st
         if not any(tolerates(t, taint) for t in tolerations):
             return taint
     return None
+
+
+# --- the taint manager (pkg/controller/tainteviction) -----------------------------------------
+
+
+def matching_tolerations(
+    taints: Sequence[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]] | None:
+    """v1helper.GetMatchingTolerations: for each taint, the first toleration (in the
+    pod's order) that tolerates it; None when some taint is tolerated by none."""
+    used = []
+    for taint in taints:
+        first = next((t for t in tolerations if tolerates(t, taint)), None)
+        if first is None:
+            return None
+        used.append(first)
+    return used
+
+
+def eviction_delay(pod_spec: Mapping[str, Any], taints: Sequence[Mapping[str, Any]]) -> int | None:
+    """When the taint manager evicts a pod bound to a node carrying `taints`, in seconds
+    from the moment it sees them: 0 at once (a NoExecute taint no toleration of the pod
+    matches, or a matching tolerationSeconds of 0 or less), the least tolerationSeconds
+    of the tolerations it uses, or None: never (no NoExecute taint, or each tolerated
+    without a limit). Only NoExecute taints count; the pod's tolerations are its own, as
+    admission left them (the not-ready and unreachable 300 s included)."""
+    no_execute = [t for t in taints if t.get("effect") == "NoExecute"]
+    if not no_execute:
+        return None
+    used = matching_tolerations(no_execute, list(pod_spec.get("tolerations") or ()))
+    if used is None:
+        return 0
+    # getMinTolerationTime: the least tolerationSeconds; 0 or less is at once.
+    limits = [int(t["tolerationSeconds"]) for t in used if t.get("tolerationSeconds") is not None]
+    if not limits:
+        return None
+    return max(0, min(limits))
 
 
 def filter_reason(

@@ -351,3 +351,146 @@ def test_validate_refuses_a_selector_of_only_empty_terms() -> None:
     assert (
         problem.summary == 'Pod "p": every node selector term is empty: it can never be scheduled'
     )
+
+
+# --- tolerations and the taint manager ---------------------------------------------------------
+
+ML = {"key": "dedicated", "value": "ml", "effect": "NoExecute"}
+
+
+@pytest.mark.parametrize(
+    ("toleration", "taint", "tolerated"),
+    [
+        ({"operator": "Exists"}, ML, True),  # an empty key with Exists: every taint
+        ({"operator": "Exists", "effect": "NoSchedule"}, ML, False),
+        ({"key": "dedicated", "operator": "Exists"}, ML, True),  # an empty effect: every effect
+        ({"key": "dedicated", "value": "ml"}, ML, True),  # no operator: Equal
+        ({"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoExecute"}, ML, True),
+        ({"key": "dedicated", "value": "cpu"}, ML, False),  # the value does not match
+        ({"key": "dedicated"}, ML, False),  # Equal to the empty value
+        ({"key": "dedicated"}, {"key": "dedicated", "effect": "NoExecute"}, True),
+        ({"key": "other", "operator": "Exists"}, ML, False),
+        ({"key": "dedicated", "operator": "Unknown"}, ML, False),
+        # TaintTolerationComparisonOperators: the taint's value against the toleration's
+        ({"key": "gpu", "operator": "Gt", "value": "4"}, {"key": "gpu", "value": "8"}, True),
+        ({"key": "gpu", "operator": "Gt", "value": "8"}, {"key": "gpu", "value": "8"}, False),
+        ({"key": "gpu", "operator": "Lt", "value": "8"}, {"key": "gpu", "value": "4"}, True),
+        ({"key": "gpu", "operator": "Lt", "value": "8"}, {"key": "gpu", "value": "04"}, False),
+        ({"key": "gpu", "operator": "Gt", "value": "x"}, {"key": "gpu", "value": "8"}, False),
+    ],
+)
+def test_a_toleration_tolerates_a_taint_as_upstream_says(
+    toleration: dict[str, Any], taint: dict[str, Any], tolerated: bool
+) -> None:
+    assert scheduler.tolerates(toleration, taint) is tolerated
+
+
+def _seconds(seconds: int, **toleration: Any) -> dict[str, Any]:
+    return {"effect": "NoExecute", "tolerationSeconds": seconds, **toleration}
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "taints", "delay"),
+    [
+        ([], [ML], 0),  # not tolerated: at once
+        ([{"key": "dedicated", "value": "cpu"}], [ML], 0),
+        ([{"operator": "Exists"}], [ML], None),  # tolerated for good
+        ([_seconds(60, key="dedicated", operator="Exists")], [ML], 60),
+        ([_seconds(0, key="dedicated", operator="Exists")], [ML], 0),
+        ([_seconds(-5, key="dedicated", operator="Exists")], [ML], 0),
+        # The first toleration that matches is the one used, in the pod's order.
+        ([_seconds(60, key="dedicated", operator="Exists"), {"operator": "Exists"}], [ML], 60),
+        ([{"operator": "Exists"}, _seconds(60, key="dedicated", operator="Exists")], [ML], None),
+        # The least tolerationSeconds over every NoExecute taint of the node.
+        (
+            [_seconds(300, key="a", operator="Exists"), _seconds(60, key="b", operator="Exists")],
+            [{"key": "a", "effect": "NoExecute"}, {"key": "b", "effect": "NoExecute"}],
+            60,
+        ),
+        # One untolerated NoExecute taint is at once, whatever tolerates the others.
+        (
+            [_seconds(300, key="a", operator="Exists")],
+            [{"key": "a", "effect": "NoExecute"}, {"key": "b", "effect": "NoExecute"}],
+            0,
+        ),
+        ([], [{"key": "a", "effect": "NoSchedule"}], None),  # only NoExecute evicts
+        ([], [], None),
+    ],
+)
+def test_when_the_taint_manager_evicts_a_running_pod(
+    tolerations: list[dict[str, Any]], taints: list[dict[str, Any]], delay: int | None
+) -> None:
+    assert scheduler.eviction_delay({"tolerations": tolerations}, taints) == delay
+
+
+def _running(name: str, node: str, phase: str = "Running", **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"nodeName": node, **spec},
+        "status": {"phase": phase},
+    }
+
+
+def _evictions(
+    before: tuple[dict[str, Any], ...],
+    after: tuple[dict[str, Any], ...],
+    pods: list[dict[str, Any]],
+    *,
+    allowed: bool = False,
+) -> list[Any]:
+    return placement.evictions(
+        [NodeView("n", {}, taints=before)],
+        [NodeView("n", {}, taints=after)],
+        placement.running_pods(pods),
+        allowed=allowed,
+    )
+
+
+def test_a_new_no_execute_taint_names_the_pods_it_evicts_and_blocks_apply() -> None:
+    pods = [
+        _running("b", "n"),
+        _running("a", "n", tolerations=[_seconds(60, key="dedicated", operator="Exists")]),
+        _running("forever", "n", tolerations=[{"key": "dedicated", "operator": "Exists"}]),
+        _running("done", "n", phase="Succeeded"),  # terminal: nothing to evict
+        _running("failed", "n", phase="Failed"),
+        _running("elsewhere", "m"),
+    ]
+    [finding] = _evictions((), (ML,), pods)
+    assert (finding.severity, finding.kind, finding.subject, finding.blocksApply) == (
+        Severity.ERROR,
+        "eviction",
+        "n",
+        True,
+    )
+    assert finding.message == (
+        "taint dedicated=ml:NoExecute evicts 2 running pod(s) that do not tolerate it (or only "
+        "for their tolerationSeconds): ns/a (after 60s), ns/b; --allow-evictions accepts it"
+    )
+    [allowed] = _evictions((), (ML,), pods, allowed=True)
+    assert (allowed.severity, allowed.blocksApply) == (Severity.WARNING, False)
+    assert allowed.message.endswith("ns/a (after 60s), ns/b")
+
+
+def test_a_value_change_evicts_the_pods_that_tolerated_the_old_value() -> None:
+    pods = [_running("cpu-only", "n", tolerations=[{"key": "dedicated", "value": "cpu"}])]
+    cpu = {**ML, "value": "cpu"}
+    [finding] = _evictions((cpu,), (ML,), pods)
+    assert finding.message.startswith("taint dedicated=ml:NoExecute evicts 1 running pod(s)")
+    assert _evictions((cpu,), (cpu,), pods) == []  # unchanged: not this plan's doing
+
+
+def test_what_does_not_evict_is_no_finding() -> None:
+    pods = [_running("p", "n")]
+    no_schedule = {**ML, "effect": "NoSchedule"}
+    assert _evictions((), (no_schedule,), pods) == []  # the stranding check's business
+    assert _evictions((ML,), (), pods) == []  # a taint removed evicts nothing
+    assert _evictions((), (ML,), []) == []  # nothing runs there
+
+
+def test_the_evicted_pods_named_are_bounded() -> None:
+    pods = [_running(f"p{i}", "n") for i in range(8)]
+    [finding] = _evictions((), ({"key": "dedicated", "effect": "NoExecute"},), pods)
+    assert finding.message == (
+        "taint dedicated:NoExecute evicts 8 running pod(s) that do not tolerate it: ns/p0, "
+        "ns/p1, ns/p2, ns/p3, ns/p4 and 3 more; --allow-evictions accepts it"
+    )

@@ -98,6 +98,32 @@ def test_prune_removes_only_what_reconcile_set_and_no_longer_declares() -> None:
     assert plan.inventory == ("a.io/x",)
 
 
+def test_a_node_nothing_declares_is_pruned_by_its_inventory_and_others_are_not_planned() -> None:
+    managed = live(
+        "gone",
+        {"a.io/old": "1", "a.io/theirs": "1"},
+        **{INVENTORY_ANNOTATION: "a.io/old", "example.com/other": "x"},
+    )
+    untouched = live("never", {"a.io/old": "1"}, **{"example.com/other": "x"})
+    state = desired(n1={"a.io/x": "1"})
+    nodes = [managed, untouched, live("n1", {"a.io/x": "1"}, **{INVENTORY_ANNOTATION: "a.io/x"})]
+
+    without = build_plan(state, nodes)
+    assert without.nodes == ()
+    assert [(p.node, p.key) for p in without.prunable] == [("gone", "a.io/old")]
+
+    [plan] = build_plan(state, nodes, prune=True).nodes
+    assert (plan.name, plan.source, plan.inventory) == ("gone", "", ())
+    assert [(c.key, c.action, c.source) for c in plan.changes] == [
+        ("a.io/old", Action.REMOVE, None)
+    ]
+    assert plan.patch()["metadata"] == {
+        "labels": {"a.io/old": None},
+        "annotations": {INVENTORY_ANNOTATION: None},
+        "resourceVersion": "10",
+    }
+
+
 def test_prune_never_removes_a_label_the_kubelet_owns_whatever_the_inventory_says() -> None:
     node = live(
         "n1",

@@ -48,6 +48,7 @@ from reconcile.engine.workloads import (
     INVENTORY_NAMESPACE,
     MANAGED_BY,
     MANAGED_BY_LABEL,
+    NEVER_PRUNED,
     ObjectCluster,
     applied_config,
     inventory_entry,
@@ -605,6 +606,9 @@ def _unjustified_objects(
     inventory = set(read_inventory(cluster)) if plan.objects else set()
     for obj in plan.objects:
         entry = inventory_entry(obj.apiVersion, obj.kind, obj.namespace, obj.name)
+        if obj.action == "prune" and (obj.apiVersion, obj.kind) in NEVER_PRUNED:
+            yield f"{obj.id} - (a {obj.kind} is never pruned)"
+            continue
         if obj.action == "prune":
             live = cluster.get_object(obj.resource, obj.namespace, obj.name)
             labels = ((live or {}).get("metadata") or {}).get("labels") or {}

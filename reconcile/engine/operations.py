@@ -138,6 +138,7 @@ def plan(
             "objects": tuple(objects.objects),
             "findings": tuple(findings),
             "prunableObjects": tuple(objects.prunable),
+            "neverPruned": tuple(objects.never_pruned),
             "inventory": objects.inventory,
             "forceConflicts": request.force_conflicts,
             "pruneNamespaceContents": request.prune_namespace_contents,

@@ -192,6 +192,9 @@ class Plan(_Frozen):
     objects: tuple[ObjectPlan, ...] = ()
     # Objects reconcile applied earlier that desired/ no longer holds; removed only with --prune.
     prunableObjects: tuple[str, ...] = ()
+    # Objects the inventory lists that --prune never deletes (a Node): left alone, and
+    # dropped from the inventory by the next apply.
+    neverPruned: tuple[str, ...] = ()
     # The inventory of applied objects to record after apply (None: unchanged).
     inventory: tuple[str, ...] | None = None
 

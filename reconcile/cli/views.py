@@ -254,6 +254,13 @@ def render_plan(
             len(plan.prunableObjects),
             ", ".join(plan.prunableObjects),
         )
+    for never in plan.neverPruned:
+        log.info(
+            "%s is in reconcile's inventory of applied objects, but a Node is never pruned: "
+            "left alone, and dropped from the inventory by the next apply (declare node "
+            "facts in desired/nodes/ or desired/groups/)",
+            never,
+        )
 
 
 def _plan_summary(plan: Plan, changes: Sequence[tuple[str, LabelChange]]) -> list[str]:

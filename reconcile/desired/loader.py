@@ -819,6 +819,9 @@ class _Loader:
             if not isinstance(body, dict):
                 self.problems.append(diag.error("expected a Kubernetes object (a mapping)", where))
                 continue
+            if (body.get("apiVersion"), body.get("kind")) == ("v1", "Node"):
+                self.problems.append(_node_manifest(doc))
+                continue
             missing = [
                 name
                 for name, present in (
@@ -877,17 +880,6 @@ class _Loader:
                     "remove metadata.namespace",
                 )
             )
-        if (manifest.api_version, manifest.kind) == ("v1", "Node"):
-            declared = (manifest.body.get("metadata") or {}).get("labels") or {}
-            found.extend(
-                diag.error(
-                    f"label key {labels.go_quote(key)} may not be declared: "
-                    + labels.KUBELET_OWNED_REASON,
-                    doc.at(("metadata", "labels", key), key=True),
-                )
-                for key in declared
-                if isinstance(key, str) and labels.is_kubelet_owned(key)
-            )
         group = manifest.api_version.rpartition("/")[0]
         for problem in apivalidation.validate_object(
             group, manifest.kind, manifest.body, namespaced=bool(namespaced)
@@ -902,6 +894,19 @@ class _Loader:
             )
         self.problems.extend(found)
         return bool(found)
+
+
+def _node_manifest(doc: YamlDocument) -> Diagnostic:
+    """A Node among the workloads, refused at its kind: node facts have one home, the node
+    files and groups. A Node manifest would escape their rules (a group selecting on a
+    label only it sets, a label a group sets too, flipping on every apply) and a prune
+    of it would delete the Node itself."""
+    return diag.error(
+        "kind Node may not be declared in desired/workloads",
+        doc.at(("kind",)),
+        "declare a node's labels, annotations and taints in desired/nodes/<name>.yaml "
+        "(kind NodeFeatures) or a NodeGroup in desired/groups/",
+    )
 
 
 _FIELD_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]|\[([^\]]*)\]")

@@ -41,6 +41,7 @@ from reconcile.engine.workloads import (
     CONFIGMAPS,
     INVENTORY_NAME,
     INVENTORY_NAMESPACE,
+    NEVER_PRUNED,
     ObjectCluster,
     inventory_entry,
     inventory_object,
@@ -446,6 +447,8 @@ def _apply_object(
 ) -> ObjectResult:
     """One object: its lines when this run changed it, a note when another writer had."""
     if obj.action == "prune":
+        if (obj.apiVersion, obj.kind) in NEVER_PRUNED:  # whatever a plan says
+            return ObjectResult(obj.id, error="a Node is never pruned")
         if cluster.delete_object(obj.resource, obj.namespace, obj.name):
             return ObjectResult(obj.id, changed=obj)
         return ObjectResult(obj.id, note=f"deleted by another writer first: {DONE_BY_OTHERS}")

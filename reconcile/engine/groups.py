@@ -5,6 +5,12 @@ Precedence is explicit: a node's own file overrides the groups, key by key; two 
 that select the same node and disagree on a fact are an error naming the node, the fact
 and both groups (nothing is planned, so nothing is applied). Membership is decided on the
 live labels each time a node is planned, so a node that joins a pool later is covered.
+
+A live node that nothing declares any more (its group file or its own file deleted, or
+relabelled out of a pool) but whose inventory annotations list facts reconcile wrote
+there is declared with no facts at all: what reconcile wrote is then prunable there as on
+any declared node, and every consumer (plan, apply's re-plan after a 409, a saved plan's
+justification, watch) sees it the same way.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Final
 
 from reconcile.desired.models import DesiredGroup, DesiredNode, DesiredState
 from reconcile.diagnostics import ReconcileError, Source
-from reconcile.engine.facts import RULES, Fact, shown_key
+from reconcile.engine.facts import INVENTORIES, RULES, Fact, shown_key
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.selector import Selector, from_label_selector
 
@@ -36,13 +42,15 @@ def node_facts(
     live: LiveNode,
     selectors: list[tuple[DesiredGroup, Selector]] | None = None,
 ) -> DesiredNode | None:
-    """What `live` must carry (None: nothing declared for it)."""
+    """What `live` must carry: None when nothing declares it and reconcile manages
+    nothing there; no facts at all (`undeclared`) when nothing declares it any more but
+    its inventory lists facts reconcile wrote."""
     own = desired.nodes.get(live.name)
     if not desired.groups:
-        return own
+        return own if own is not None else undeclared(live)
     members = [g for g, s in (selectors or compiled(desired.groups)) if s.matches(live.labels)]
     if not members:
-        return own
+        return own if own is not None else undeclared(live)
     facts: dict[Fact, dict[str, str | None]] = {fact: {} for fact in _FIELDS}
     sources: dict[tuple[Fact, str], DesiredGroup] = {}
     conflicts = []
@@ -83,6 +91,19 @@ def node_facts(
     )
 
 
+def undeclared(live: LiveNode) -> DesiredNode | None:
+    """A node nothing in desired/ declares: None when reconcile wrote nothing there (the
+    common case, decided on the annotation keys alone), else a declaration of no facts,
+    so that what its inventory lists is prunable (`source` empty: no file declares it)."""
+    if INVENTORIES.isdisjoint(live.annotations):
+        return None
+    return DesiredNode(live.name, {}, UNDECLARED)
+
+
+# The source of a node nothing declares any more: no file.
+UNDECLARED: Final = Source("")
+
+
 def _conflict(node: str, fact: Fact, key: str, first: DesiredGroup, second: DesiredGroup) -> str:
     def said(group: DesiredGroup) -> str:
         value = getattr(group.node, _FIELDS[fact])[key]
@@ -93,11 +114,21 @@ def _conflict(node: str, fact: Fact, key: str, first: DesiredGroup, second: Desi
 
 def resolve(desired: DesiredState, live: Iterable[LiveNode]) -> DesiredState:
     """`desired` with the facts of every live node its groups select laid in (nodes only
-    declared by their own files, live or not, stay as declared)."""
+    declared by their own files, live or not, stay as declared), and every live node
+    nothing declares any more but whose inventory lists facts, declared with none."""
     if not desired.groups:
-        return desired
+        # One membership test a node: a fleet declared node by node pays no more.
+        gone = [
+            facts
+            for node in live
+            if node.name not in desired.nodes and (facts := undeclared(node)) is not None
+        ]
+        if not gone:
+            return desired
+        nodes = {**desired.nodes, **{facts.name: facts for facts in gone}}
+        return replace(desired, nodes=dict(sorted(nodes.items())))
     selectors = compiled(desired.groups)
-    nodes: dict[str, DesiredNode] = dict(desired.nodes)
+    nodes = dict(desired.nodes)
     for node in live:
         facts = node_facts(desired, node, selectors)
         if facts is not None:

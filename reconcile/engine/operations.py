@@ -151,6 +151,7 @@ def plan(
             "objects": tuple(objects.objects),
             "findings": tuple(findings),
             "prunableObjects": tuple(objects.prunable),
+            "neverPruned": tuple(objects.never_pruned),
             "inventory": objects.inventory,
             **request.options(),
         }

@@ -188,13 +188,17 @@ class Plan(_Frozen):
     missingNodes: tuple[MissingNode, ...] = ()
     # Declared nodes that are absent and may be (`optional: true`, --allow-missing-nodes).
     absentNodes: tuple[MissingNode, ...] = ()
-    # Labels reconcile set earlier that desired/ no longer declares; removed only with --prune.
+    # Facts reconcile set earlier that desired/ no longer declares, on any node whose
+    # inventory lists them (declared or not); removed only with --prune.
     prunable: tuple[PrunableLabel, ...] = ()
     findings: tuple[Finding, ...] = ()
     # Workload objects in apply order (prunes last, in reverse order).
     objects: tuple[ObjectPlan, ...] = ()
     # Objects reconcile applied earlier that desired/ no longer holds; removed only with --prune.
     prunableObjects: tuple[str, ...] = ()
+    # Objects the inventory lists that --prune never deletes (a Node): left alone, and
+    # dropped from the inventory by the next apply.
+    neverPruned: tuple[str, ...] = ()
     # The inventory of applied objects to record after apply (None: unchanged).
     inventory: tuple[str, ...] | None = None
     # An HMAC-SHA256 of `digest` under the plan key (RECONCILE_PLAN_KEY), when one was set.
@@ -367,11 +371,12 @@ def build_plan(
     allow_missing_nodes: bool = False,
     policy: NodePolicy = NO_POLICY,
 ) -> Plan:
-    """Label drift of every declared node. With `prune`, also the removal of labels that
-    reconcile set and desired/ no longer declares; a prune of every such label is refused
-    (EmptyPrune) unless `allow_empty_prune`. Every live node a NodeGroup selects is
-    planned with the group's facts (its own file overriding them). Findings come from
-    checks, run on the whole plan by the plan operation."""
+    """Fact drift of every declared node. With `prune`, also the removal of facts that
+    reconcile set and desired/ no longer declares, on any live node whose inventory lists
+    them, declared or not (without `prune` they are `prunable`); a prune of every such
+    fact is refused (EmptyPrune) unless `allow_empty_prune`. Every live node a NodeGroup
+    selects is planned with the group's facts (its own file overriding them). Findings
+    come from checks, run on the whole plan by the plan operation."""
     live = list(live)
     desired = resolve(desired, live)
     live_by_name = {node.name: node for node in live}

@@ -10,7 +10,8 @@ an object only if it is in that inventory, no longer in desired/, and still labe
 Pruning is guarded: deleting every object of the inventory at once (an empty checkout, a
 wrong --desired) needs --allow-empty-prune, and a Namespace is not pruned while desired/
 still declares objects in it, nor while it holds objects reconcile does not manage
-(unless --prune-namespace-contents).
+(unless --prune-namespace-contents). A Node is never pruned, whatever the inventory says
+(desired/ declares node facts in node files and groups, never as a Node object).
 
 A Secret's values never reach a plan (see sensitive.py): live, dry-run and desired
 objects are compared with every value replaced by a digest, server messages about them
@@ -56,6 +57,9 @@ MANAGED_BY: Final = "reconcile"
 INVENTORY_NAMESPACE: Final = "default"
 INVENTORY_NAME: Final = "reconcile-inventory"
 INVENTORY_KEY: Final = "objects"
+# Kinds --prune never deletes, whatever an (older) inventory lists: deleting a Node
+# deregisters a machine, and node facts are not objects (desired/nodes, desired/groups).
+NEVER_PRUNED: Final = frozenset({("v1", "Node")})
 CONFIGMAPS: Final = ApiResource("", "v1", "configmaps", "ConfigMap", True)
 NAMESPACES: Final = ApiResource("", "v1", "namespaces", "Namespace", False)
 
@@ -149,6 +153,7 @@ class ObjectPlanning:
     objects: list[ObjectPlan] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     prunable: list[str] = field(default_factory=list)
+    never_pruned: list[str] = field(default_factory=list)
     inventory: tuple[str, ...] | None = None
 
 
@@ -478,6 +483,9 @@ def _plan_prune(
         if parsed is None:
             continue
         api_version, kind, namespace, name = parsed
+        if (api_version, kind) in NEVER_PRUNED:
+            planning.never_pruned.append(workload_id(kind, namespace, name))
+            continue  # not kept: the next apply drops the entry from the inventory
         resource = discovery.resource_for(api_version, kind)
         if resource is None:
             continue

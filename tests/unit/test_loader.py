@@ -541,28 +541,58 @@ def test_labels_the_kubelet_owns_may_not_be_set_or_deleted(
     )
 
 
-def test_kubelet_owned_labels_are_refused_in_env_files_and_node_manifests(tree: Path) -> None:
+def test_kubelet_owned_labels_are_refused_in_env_files(tree: Path) -> None:
     write(tree / "nodes" / "n2.env", "gpu=true\nkubernetes.io/os=windows\n")
+
+    assert only_error(tree) == (
+        'desired/nodes/n2.env:2:1: label key "kubernetes.io/os" may not be declared: the '
+        "kubelet (or cloud provider) rewrites it on every node; changing it breaks scheduling"
+    )
+
+
+NODE_DETAIL = (
+    "declare a node's labels, annotations and taints in desired/nodes/<name>.yaml "
+    "(kind NodeFeatures) or a NodeGroup in desired/groups/"
+)
+
+
+def test_a_node_manifest_among_the_workloads_is_refused_at_its_kind(tree: Path) -> None:
     write(
         tree / "workloads" / "node.yaml",
         """\
         apiVersion: v1
-        kind: Node
+        kind: Namespace
+        metadata: {name: team}
+        ---
+        apiVersion: v1
+        kind:   Node
         metadata:
           name: n3
           labels:
             topology.kubernetes.io/zone: z1
+        ---
+        {apiVersion: v1, kind: Node}
         """,
     )
 
-    reason = (
-        "the kubelet (or cloud provider) rewrites it on every node; changing it breaks scheduling"
-    )
-    assert errors(tree) == [
-        f'desired/nodes/n2.env:2:1: label key "kubernetes.io/os" may not be declared: {reason}',
-        'desired/workloads/node.yaml:6:5: label key "topology.kubernetes.io/zone" may not be '
-        f"declared: {reason}",
+    state, problems = load_desired(tree)
+
+    assert [str(p) for p in problems] == [
+        f"desired/workloads/node.yaml:6:9: kind Node may not be declared in desired/workloads: "
+        f"{NODE_DETAIL}",
+        f"desired/workloads/node.yaml:12:24: kind Node may not be declared in "
+        f"desired/workloads: {NODE_DETAIL}",
     ]
+    assert [m.kind for m in state.manifests] == ["Namespace"]
+
+
+def test_a_kind_named_node_in_another_api_group_is_not_a_node(tree: Path) -> None:
+    write(
+        tree / "workloads" / "crd.yaml",
+        "apiVersion: example.com/v1\nkind: Node\nmetadata: {name: n1, namespace: team}\n",
+    )
+
+    assert errors(tree) == []
 
 
 def test_node_role_labels_stay_allowed(tree: Path) -> None:

@@ -6,6 +6,7 @@ import io
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,11 +15,24 @@ from reconcile.cli.views import render_apply, render_plan
 from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.diagnostics import PlanRefused, ReconcileError, Severity, Source, StalePlan
 from reconcile.engine import saved
-from reconcile.engine.apply import ApplyResult, NodeResult, ObjectResult, apply_plan, check_fresh
+from reconcile.engine.apply import (
+    ApplyResult,
+    NodeResult,
+    ObjectResult,
+    apply_objects,
+    apply_plan,
+    check_fresh,
+)
 from reconcile.engine.checks import Projection
 from reconcile.engine.diff import Action, LabelChange, fact_drift
 from reconcile.engine.facts import BY_FACT, RULES, Fact
-from reconcile.engine.plan import INVENTORY_ANNOTATION, ClusterIdentity, Plan, build_plan
+from reconcile.engine.plan import (
+    INVENTORY_ANNOTATION,
+    ClusterIdentity,
+    ObjectPlan,
+    Plan,
+    build_plan,
+)
 from reconcile.gpu.checks import GpuPolicy, driver_coverage
 from reconcile.gpu.provenance import label_fights
 from reconcile.kube.objects import LiveNode
@@ -97,6 +111,32 @@ def test_prune_removes_only_what_reconcile_set_and_no_longer_declares() -> None:
     [plan] = pruned.nodes
     assert [(c.key, c.action) for c in plan.changes] == [("a.io/old", Action.REMOVE)]
     assert plan.inventory == ("a.io/x",)
+
+
+def test_a_node_nothing_declares_is_pruned_by_its_inventory_and_others_are_not_planned() -> None:
+    managed = live(
+        "gone",
+        {"a.io/old": "1", "a.io/theirs": "1"},
+        **{INVENTORY_ANNOTATION: "a.io/old", "example.com/other": "x"},
+    )
+    untouched = live("never", {"a.io/old": "1"}, **{"example.com/other": "x"})
+    state = desired(n1={"a.io/x": "1"})
+    nodes = [managed, untouched, live("n1", {"a.io/x": "1"}, **{INVENTORY_ANNOTATION: "a.io/x"})]
+
+    without = build_plan(state, nodes)
+    assert without.nodes == ()
+    assert [(p.node, p.key) for p in without.prunable] == [("gone", "a.io/old")]
+
+    [plan] = build_plan(state, nodes, prune=True).nodes
+    assert (plan.name, plan.source, plan.inventory) == ("gone", "", ())
+    assert [(c.key, c.action, c.source) for c in plan.changes] == [
+        ("a.io/old", Action.REMOVE, None)
+    ]
+    assert plan.patch()["metadata"] == {
+        "labels": {"a.io/old": None},
+        "annotations": {INVENTORY_ANNOTATION: None},
+        "resourceVersion": "10",
+    }
 
 
 def test_prune_never_removes_a_label_the_kubelet_owns_whatever_the_inventory_says() -> None:
@@ -697,3 +737,34 @@ def test_one_live_fact_reads_as_the_whole_live_map_does() -> None:
         assert {k: rule.get(node, k) for k in keys} == {k: facts.get(k) for k in keys}
     assert BY_FACT[Fact.ANNOTATION].get(node, INVENTORY_ANNOTATION) is None
     assert BY_FACT[Fact.TAINT].get(node, "gpu:NoSchedule") == "new"
+
+
+class _DeletesAnything:
+    """A cluster that would delete whatever it is asked to: apply must not ask for a Node."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+
+    def delete_object(self, resource: Any, namespace: str, name: str) -> bool:
+        self.deleted.append(f"{resource.plural}/{name}")
+        return True
+
+    def get_object(self, resource: Any, namespace: str, name: str) -> None:
+        return None
+
+
+def test_apply_never_deletes_a_node_whatever_the_plan_says() -> None:
+    node = ObjectPlan(
+        apiVersion="v1",
+        kind="Node",
+        namespace="",
+        name="lab-node-2",
+        plural="nodes",
+        namespaced=False,
+        source="",
+        action="prune",
+        resourceVersion="7",
+    )
+    cluster = _DeletesAnything()
+    [result] = apply_objects(Plan(objects=(node,)), cluster, saved=True)  # type: ignore[arg-type]
+    assert (result.error, cluster.deleted) == ("a Node is never pruned", [])

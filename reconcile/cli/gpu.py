@@ -36,7 +36,7 @@ from reconcile.cli.output import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from reconcile.cli.app import Target
     from reconcile.gpu.drivers import AuditFinding, Coverage
@@ -174,8 +174,10 @@ def drivers_audit(g: Globals, clusters: tuple[str, ...]) -> None:
 def report(g: Globals, clusters: tuple[str, ...]) -> None:
     """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
-    tag and driver upgrade state, as shell-sourceable KEY=value lines."""
-    from reconcile.cli.views import render_report
+    tag and driver upgrade state, as shell-sourceable KEY=value lines (in a fleet, each
+    cluster's variables start with its name: LAB__NODES=)."""
+    from reconcile.cli.views import render_report, report_clash, report_prefix
+    from reconcile.diagnostics import ReconcileError
     from reconcile.gpu import operations
 
     def show(summary: Report, out: TextIO, err: TextIO) -> int:
@@ -185,9 +187,18 @@ def report(g: Globals, clusters: tuple[str, ...]) -> None:
                 log.warning("%s: %s", node.name, node.problem)
         return EXIT_OK
 
+    def one_variable_each(reports: Mapping[str | None, Report]) -> None:
+        if g.output is Format.TEXT and (clash := report_clash(reports)) is not None:
+            raise ReconcileError(clash)
+
     sys.exit(
         per_cluster(
-            g, clusters, lambda target, cluster: operations.report(target.state, cluster), show
+            g,
+            clusters,
+            lambda target, cluster: operations.report(target.state, cluster),
+            show,
+            first=report_prefix,
+            check=one_variable_each,
         )
     )
 

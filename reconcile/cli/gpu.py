@@ -297,6 +297,12 @@ def upgrade(
 
     for node in (*nodes, *([canary] if canary else [])):
         check_node_name(node)
+    # A node named twice is upgraded once: two workers on one node would race through its
+    # states (and `upgrade N N` is then the one-node upgrade of N).
+    repeated = sorted({node for node in nodes if nodes.count(node) > 1})
+    if repeated:
+        log.info("%s named more than once: upgraded once", ", ".join(repeated))
+        nodes = tuple(dict.fromkeys(nodes))
     if bool(nodes) == bool(selector):
         fail("give the NODE(s) to upgrade, or --selector for a pool (not both)")
     try:

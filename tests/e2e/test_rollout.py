@@ -334,3 +334,29 @@ def test_one_node_already_on_the_target_is_not_drained(
     assert (result.code, result.stdout) == (0, "")
     assert f"pool-5 is already on driver {TARGET}: nothing to do" in result.stderr
     assert snapshot(cluster) == before
+
+
+def test_a_node_named_twice_is_upgraded_once(make_cluster: ClusterFactory, work: Path) -> None:
+    cluster = _pool(make_cluster, budget=False)
+    dry = upgrade(
+        cluster,
+        work,
+        "pool-0",
+        "pool-1",
+        "pool-0",
+        "--max-parallel",
+        "2",
+        "--max-unavailable",
+        "2",
+        "--dry-run",
+    )
+    assert dry.code == 0, dry.stderr
+    assert dry.lines == ["batch 1: pool-0,pool-1 (dry run)"]
+    assert "note: pool-0 named more than once: upgraded once" in dry.stderr
+
+    done = upgrade(cluster, work, "pool-0", "pool-0", "--max-parallel", "2")
+    assert done.code == 0, done.stderr
+    assert done.lines[0] == "batch 1: pool-0"
+    assert done.lines.count("pool-0 upgrade-required") == 1
+    assert done.lines.count("pool-0 upgrade-done") == 1
+    assert cluster.labels("pool-0")["nvidia.com/cuda.driver.minor"] == "90"

@@ -127,6 +127,17 @@ def test_dry_run_stops_after_the_preflight(cluster: TestCluster, work: Path) -> 
     assert cluster.resource_versions() == before
 
 
+def test_a_node_named_twice_is_upgraded_once(cluster: TestCluster, work: Path) -> None:
+    _add_row(work)
+    _min_available(cluster, 3)
+
+    code, lines, err = _upgrade(cluster, work, "lab-node-1")
+
+    assert code == 0, err
+    assert lines == THE_STEPS  # one upgrade: each state once, the pod evicted once
+    assert "note: lab-node-1 named more than once: upgraded once" in err
+
+
 def test_write_desired_updates_the_file_in_place(cluster: TestCluster, work: Path) -> None:
     _add_row(work)
     _min_available(cluster, 3)

@@ -365,8 +365,10 @@ def _upgrade_one(
     from reconcile.gpu import operations
     from reconcile.gpu.upgrade import UpgradeFailed
 
+    marker = " (dry run)" if dry_run else ""
+
     def emit(step: Step) -> None:
-        stdout().write(upgrade_line(step) + "\n")
+        stdout().write(upgrade_line(step) + marker + "\n")
         stdout().flush()
 
     request = operations.UpgradeRequest(

@@ -122,8 +122,11 @@ def test_dry_run_stops_after_the_preflight(cluster: TestCluster, work: Path) -> 
     code, lines, _ = _upgrade(cluster, work, "--dry-run")
 
     assert code == 0
-    assert lines[:3] == THE_STEPS[:3]
-    assert "Pod/gpu-drv/trainer-7d9c5b8f6d-m4w7z evicted" in lines
+    # Every line marked, as a pool's dry run marks its lines; nothing said to be done.
+    assert lines[:3] == [f"{step} (dry run)" for step in THE_STEPS[:3]]
+    assert all(line.endswith(" (dry run)") for line in lines)
+    assert "Pod/gpu-drv/trainer-7d9c5b8f6d-m4w7z evict (dry run)" in lines
+    assert not [line for line in lines if "evicted" in line]
     assert cluster.resource_versions() == before
 
 

@@ -36,13 +36,14 @@ from reconcile.cli.output import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from reconcile.cli.app import Target
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report
     from reconcile.gpu.rollout import RolloutRequest
     from reconcile.gpu.upgrade import Step
+    from reconcile.kube.client import Cluster
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -456,6 +457,7 @@ def _rollout(
     if dry_run:
         if g.output is Format.JSON:
             write_json(document, stdout())
+        _desired_after(g, request, cluster, [*plan.done, *plan.targets], write=False)
         sys.exit(EXIT_OK)
     with stoppable() as stopped:
         watcher = threading.Thread(
@@ -472,15 +474,7 @@ def _rollout(
     )
     if g.output is Format.JSON:
         write_json(document, stdout())
-    if write_desired and result.done:
-        live = cluster.list_nodes()
-        written, notes = operations.write_driver_labels(
-            request.desired, g.desired, request.version, result.done, live
-        )
-        for line in written:
-            log.info("%s: commit it", line)
-        for line in notes:
-            log.warning("%s", line)
+    _desired_after(g, request, cluster, [*plan.done, *result.done], write=write_desired)
     if result.ok:
         sys.exit(EXIT_OK)
     parts = [f"{n} failed: {e}" for n, e in result.failed]
@@ -490,6 +484,37 @@ def _rollout(
         stderr().write("interrupted: " + "; ".join(parts) + "; rerun the same command to resume\n")
         sys.exit(EXIT_SIGINT)
     fail("rollout stopped: " + "; ".join(parts) + "; rerun the same command to resume")
+
+
+def _desired_after(
+    g: Globals,
+    request: RolloutRequest,
+    cluster: Cluster,
+    upgraded: Sequence[str],
+    *,
+    write: bool,
+) -> None:
+    """The driver labels desired/ declares for the nodes on the target now (done before or
+    in this run, or in a dry run's plan): written with `write`, else one note when desired/
+    still declares the old driver (the next apply would revert them)."""
+    from reconcile.gpu import operations
+
+    if not upgraded:
+        return
+    # Only a group's selector needs the live labels.
+    live = cluster.list_nodes() if request.desired.groups else []
+    if write:
+        written, notes = operations.write_driver_labels(
+            request.desired, g.desired, request.version, upgraded, live
+        )
+        for line in written:
+            log.info("%s: commit it", line)
+        for line in notes:
+            log.warning("%s", line)
+        return
+    stale = operations.stale_driver_note(request.desired, request.version, upgraded, live)
+    if stale is not None:
+        log.info("%s", stale)
 
 
 def _stop_when(stopped: list[int], stop: Callable[[], None]) -> None:

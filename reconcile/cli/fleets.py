@@ -2,15 +2,15 @@
 
 Each cluster is planned (or applied) as `plan` and `apply` do it for one, concurrently
 with a bound. With more than one cluster in a run every stdout line starts with the
-cluster's name and every stderr line with `<cluster>: `; with one, the lines are those
-of a single cluster. `-o json` is a FleetPlan (one plan per cluster); `-o markdown` a
+cluster's name (`report`'s with it as a variable name, `LAB__`) and every stderr line
+with `<cluster>: `; with one, the lines are those of a single cluster. `-o json` is a FleetPlan (one plan per cluster); `-o markdown` a
 summary table, then one section per cluster.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
@@ -42,22 +42,31 @@ def cluster_option(command: F) -> F:
     )(command)
 
 
-def _prefixed(name: str | None, several: bool, out: TextIO, err: TextIO) -> tuple[TextIO, TextIO]:
+def name_first(cluster: str) -> str:
+    """A fleet's text lines on stdout: `<cluster> <line>`."""
+    return f"{cluster} "
+
+
+def _prefixed(
+    name: str | None, several: bool, out: TextIO, err: TextIO, first: Callable[[str], str]
+) -> tuple[TextIO, TextIO]:
     if not several or name is None:
         return out, err
-    return cast(TextIO, Prefixed(out, f"{name} ")), cast(TextIO, Prefixed(err, f"{name}: "))
+    return cast(TextIO, Prefixed(out, first(name))), cast(TextIO, Prefixed(err, f"{name}: "))
 
 
 def show_each(
     outcomes: Sequence[Outcome[T]],
     render: Callable[[T, TextIO, TextIO], None],
+    first: Callable[[str], str] = name_first,
 ) -> list[str]:
-    """Render each cluster's value (prefixed when there are several); the failed
-    clusters' `<cluster>: <error>` lines, returned for the summary."""
+    """Render each cluster's value (each stdout line started with `first(cluster)` when
+    there are several); the failed clusters' `<cluster>: <error>` lines, returned for the
+    summary."""
     several = len(outcomes) > 1
     failed = []
     for outcome in outcomes:
-        out, err = _prefixed(outcome.cluster, several, stdout(), stderr())
+        out, err = _prefixed(outcome.cluster, several, stdout(), stderr(), first)
         with for_cluster(outcome.cluster if several else None):
             if outcome.value is not None:
                 render(outcome.value, out, err)
@@ -212,12 +221,16 @@ def per_cluster(
     show: Callable[[T, TextIO, TextIO], int],
     *,
     needs_desired: bool = True,
+    first: Callable[[str], str] = name_first,
+    check: Callable[[Mapping[str | None, T]], None] | None = None,
 ) -> int:
     """A read-only command on one cluster, or on each cluster of a fleet: `work` reads,
-    `show` renders and says the exit code. In a fleet: text lines prefixed when several
-    clusters run, `-o json` one document `{"kind": "FleetResult", "clusters": {...}}`,
-    `-o markdown` a section per cluster; the exit code is the worst cluster's, 2 (with
-    one `error:` line naming them) when any cluster failed."""
+    `show` renders and says the exit code. In a fleet: text lines started with
+    `first(cluster)` when several clusters run, `-o json` one document `{"kind":
+    "FleetResult", "clusters": {...}}`, `-o markdown` a section per cluster; the exit code
+    is the worst cluster's, 2 (with one `error:` line naming them) when any cluster
+    failed. `check` sees every value read before anything is shown (by cluster when the
+    lines are prefixed, else under None) and may refuse them all with a ReconcileError."""
     import json
 
     from reconcile.cli.app import errors_to_exit_codes, load_targets
@@ -232,12 +245,19 @@ def per_cluster(
             _, targets = load_targets(g, clusters)
         if targets[0].name is None:
             value = work(targets[0], g.connect())
+            if check is not None:
+                check({None: value})
             return show(value, stdout(), stderr())
         by_name = {t.name: t for t in targets}
         outcomes = fleets.each(
             [str(t.name) for t in targets],
             lambda name: work(by_name[name], g.connect(None, by_name[name])),
         )
+        if check is not None:
+            several = len(outcomes) > 1
+            check(
+                {o.cluster if several else None: o.value for o in outcomes if o.value is not None}
+            )
     codes = [EXIT_OK]
     if g.output in (Format.JSON, Format.MARKDOWN):
         documents = {}
@@ -267,6 +287,8 @@ def per_cluster(
                 stdout().write(f"##### `{name}`\n\n{text}\n")
         failed = [f"{o.cluster}: {o.error}" for o in outcomes if o.error is not None]
     else:
-        failed = show_each(outcomes, lambda value, out, err: codes.append(show(value, out, err)))
+        failed = show_each(
+            outcomes, lambda value, out, err: codes.append(show(value, out, err)), first
+        )
     fail_clusters(failed, len(targets))
     return max(codes)

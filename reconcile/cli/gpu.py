@@ -36,13 +36,14 @@ from reconcile.cli.output import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping, Sequence
 
     from reconcile.cli.app import Target
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report
     from reconcile.gpu.rollout import RolloutRequest
     from reconcile.gpu.upgrade import Step
+    from reconcile.kube.client import Cluster
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -174,8 +175,10 @@ def drivers_audit(g: Globals, clusters: tuple[str, ...]) -> None:
 def report(g: Globals, clusters: tuple[str, ...]) -> None:
     """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
-    tag and driver upgrade state, as shell-sourceable KEY=value lines."""
-    from reconcile.cli.views import render_report
+    tag and driver upgrade state, as shell-sourceable KEY=value lines (in a fleet, each
+    cluster's variables start with its name: LAB__NODES=)."""
+    from reconcile.cli.views import render_report, report_clash, report_prefix
+    from reconcile.diagnostics import ReconcileError
     from reconcile.gpu import operations
 
     def show(summary: Report, out: TextIO, err: TextIO) -> int:
@@ -185,9 +188,18 @@ def report(g: Globals, clusters: tuple[str, ...]) -> None:
                 log.warning("%s: %s", node.name, node.problem)
         return EXIT_OK
 
+    def one_variable_each(reports: Mapping[str | None, Report]) -> None:
+        if g.output is Format.TEXT and (clash := report_clash(reports)) is not None:
+            raise ReconcileError(clash)
+
     sys.exit(
         per_cluster(
-            g, clusters, lambda target, cluster: operations.report(target.state, cluster), show
+            g,
+            clusters,
+            lambda target, cluster: operations.report(target.state, cluster),
+            show,
+            first=report_prefix,
+            check=one_variable_each,
         )
     )
 
@@ -286,6 +298,12 @@ def upgrade(
 
     for node in (*nodes, *([canary] if canary else [])):
         check_node_name(node)
+    # A node named twice is upgraded once: two workers on one node would race through its
+    # states (and `upgrade N N` is then the one-node upgrade of N).
+    repeated = sorted({node for node in nodes if nodes.count(node) > 1})
+    if repeated:
+        log.info("%s named more than once: upgraded once", ", ".join(repeated))
+        nodes = tuple(dict.fromkeys(nodes))
     if bool(nodes) == bool(selector):
         fail("give the NODE(s) to upgrade, or --selector for a pool (not both)")
     try:
@@ -348,8 +366,10 @@ def _upgrade_one(
     from reconcile.gpu import operations
     from reconcile.gpu.upgrade import UpgradeFailed
 
+    marker = " (dry run)" if dry_run else ""
+
     def emit(step: Step) -> None:
-        stdout().write(upgrade_line(step) + "\n")
+        stdout().write(upgrade_line(step) + marker + "\n")
         stdout().flush()
 
     request = operations.UpgradeRequest(
@@ -437,6 +457,7 @@ def _rollout(
     if dry_run:
         if g.output is Format.JSON:
             write_json(document, stdout())
+        _desired_after(g, request, cluster, [*plan.done, *plan.targets], write=False)
         sys.exit(EXIT_OK)
     with stoppable() as stopped:
         watcher = threading.Thread(
@@ -453,15 +474,7 @@ def _rollout(
     )
     if g.output is Format.JSON:
         write_json(document, stdout())
-    if write_desired and result.done:
-        live = cluster.list_nodes()
-        written, notes = operations.write_driver_labels(
-            request.desired, g.desired, request.version, result.done, live
-        )
-        for line in written:
-            log.info("%s: commit it", line)
-        for line in notes:
-            log.warning("%s", line)
+    _desired_after(g, request, cluster, [*plan.done, *result.done], write=write_desired)
     if result.ok:
         sys.exit(EXIT_OK)
     parts = [f"{n} failed: {e}" for n, e in result.failed]
@@ -471,6 +484,37 @@ def _rollout(
         stderr().write("interrupted: " + "; ".join(parts) + "; rerun the same command to resume\n")
         sys.exit(EXIT_SIGINT)
     fail("rollout stopped: " + "; ".join(parts) + "; rerun the same command to resume")
+
+
+def _desired_after(
+    g: Globals,
+    request: RolloutRequest,
+    cluster: Cluster,
+    upgraded: Sequence[str],
+    *,
+    write: bool,
+) -> None:
+    """The driver labels desired/ declares for the nodes on the target now (done before or
+    in this run, or in a dry run's plan): written with `write`, else one note when desired/
+    still declares the old driver (the next apply would revert them)."""
+    from reconcile.gpu import operations
+
+    if not upgraded:
+        return
+    # Only a group's selector needs the live labels.
+    live = cluster.list_nodes() if request.desired.groups else []
+    if write:
+        written, notes = operations.write_driver_labels(
+            request.desired, g.desired, request.version, upgraded, live
+        )
+        for line in written:
+            log.info("%s: commit it", line)
+        for line in notes:
+            log.warning("%s", line)
+        return
+    stale = operations.stale_driver_note(request.desired, request.version, upgraded, live)
+    if stale is not None:
+        log.info("%s", stale)
 
 
 def _stop_when(stopped: list[int], stop: Callable[[], None]) -> None:

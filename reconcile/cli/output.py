@@ -90,7 +90,8 @@ def audit_line(finding: AuditFinding) -> str:
 
 
 def upgrade_line(step: Step) -> str:
-    """`<node> <key> <value>` as the upgrade moves; `<pod> evicted` for an eviction."""
+    """`<node> <key> <value>` as the upgrade moves; `<pod> evicted` for an eviction
+    (`<pod> evict` in a dry run's plan)."""
     return " ".join(part for part in (step.subject, step.field, step.value) if part)
 
 

@@ -29,6 +29,7 @@ from reconcile.cli.output import (
     EXIT_OK,
     Format,
     Prefixed,
+    log,
 )
 from reconcile.diagnostics import InvalidInput
 
@@ -150,6 +151,9 @@ def import_command(
             group_by=group_by,
         )
         changes = plan_import(request, g.connect(None, target))
+        for change in changes:
+            if change.note is not None:
+                log.info("%s", change.note)
         if not dry_run:
             write_import(g.desired, changes)
     render_import(changes, g.output, stdout(), dry_run=dry_run)

@@ -13,7 +13,7 @@ import json
 import re
 import shlex
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from reconcile.cli.output import (
@@ -78,8 +78,6 @@ def sh_value(value: str) -> str:
 def render_report(report: Report, fmt: Format, out: TextIO) -> None:
     """`KEY=value` lines safe to `source`: the counts, then TAG and UPGRADE_STATE per node
     (variable name from the node's name, value quoted by `sh_value`); or JSON."""
-    from reconcile.gpu.drivers import env_name
-
     if fmt is Format.JSON:
         write_json(
             {
@@ -94,15 +92,54 @@ def render_report(report: Report, fmt: Format, out: TextIO) -> None:
             out,
         )
         return
-    counts = [("NODES", len(report.nodes)), ("SKEW", report.skew)]
-    for key, number in (*counts, ("MATRIX_ROWS", report.matrix_rows)):
-        out.write(f"{key}={number}\n")
+    for variable, value, _ in report_variables(report):
+        out.write(f"{variable}={sh_value(value)}\n")
+
+
+def report_variables(report: Report) -> list[tuple[str, str, str | None]]:
+    """The text report as (variable, value, node): NODES, SKEW and MATRIX_ROWS (node None),
+    then `<NODE>_TAG` and `<NODE>_UPGRADE_STATE` per GPU node."""
+    from reconcile.gpu.drivers import env_name
+
+    found: list[tuple[str, str, str | None]] = [
+        ("NODES", str(len(report.nodes)), None),
+        ("SKEW", str(report.skew), None),
+        ("MATRIX_ROWS", str(report.matrix_rows), None),
+    ]
     for node in report.nodes:
         prefix = env_name(node.name)
-        out.write(
-            f"{prefix}_TAG={sh_value(node.tag or '')}\n"
-            f"{prefix}_UPGRADE_STATE={sh_value(node.upgrade_state or '')}\n"
-        )
+        found.append((f"{prefix}_TAG", node.tag or "", node.name))
+        found.append((f"{prefix}_UPGRADE_STATE", node.upgrade_state or "", node.name))
+    return found
+
+
+def report_prefix(cluster: str) -> str:
+    """In a fleet, a cluster's report variables start with its name as a variable name and
+    two underscores (`lab` -> `LAB__NODES`): a line sourced never runs the name."""
+    from reconcile.gpu.drivers import env_name
+
+    return f"{env_name(cluster)}__"
+
+
+def report_clash(reports: Mapping[str | None, Report]) -> str | None:
+    """Two nodes (or clusters) whose lines would set one variable (`a-b` and `a.b` both
+    make `A_B_TAG`), named both, in the reports of `reports` (by cluster when each
+    cluster's variables are prefixed, else under None): sourcing the output would keep
+    the second value only."""
+    owners: dict[str, str] = {}
+    for cluster, report in reports.items():
+        prefix = report_prefix(cluster) if cluster is not None else ""
+        where = f" of cluster {cluster}" if cluster is not None else ""
+        for variable, _, node in report_variables(report):
+            owner = (f"node {node}" if node is not None else "the counts") + where
+            first = owners.setdefault(prefix + variable, owner)
+            if first != owner:
+                return (
+                    f"{first} and {owner} both make the variable {prefix + variable}: the "
+                    "report cannot name them apart (-o json names every node as it is); "
+                    "nothing was printed"
+                )
+    return None
 
 
 def render_tags(tags: Sequence[Tag], fmt: Format, out: TextIO, *, with_node: bool) -> None:

@@ -47,6 +47,7 @@ class FileChange:
     before: str
     after: str
     labels: int
+    note: str | None = None  # for the person running it: why the file has the name it has
 
 
 def refused_prefix(prefix: str) -> str | None:
@@ -102,16 +103,19 @@ def _groups(
         name: {k: v for k, v in values.items() if k != key} for name, values in imported.items()
     }
     changes = []
+    names_of = _group_names(key, sorted(members))
     for value, names in sorted(members.items()):
         shared = dict(remaining[names[0]])
         for name in names[1:]:
             shared = {k: v for k, v in shared.items() if remaining[name].get(k) == v}
-        group = _group_name(key, value)
+        group, note = names_of[value]
         path = request.root / "groups" / f"{group}.yaml"
         if path.exists() or any(g.name == group for g in _groups_of(request)):
             raise ReconcileError(f"{path}: node group {group} exists already: nothing was written")
         changes.append(
-            FileChange(path, "", new_group_file(group, {key: value}, shared), len(shared))
+            FileChange(
+                path, "", new_group_file(group, {key: value}, shared), len(shared), note=note
+            )
         )
         for name in names:
             remaining[name] = {k: v for k, v in remaining[name].items() if k not in shared}
@@ -122,11 +126,37 @@ def _groups_of(request: ImportRequest) -> tuple[DesiredGroup, ...]:
     return request.desired.groups if request.desired is not None else ()
 
 
-def _group_name(key: str, value: str) -> str:
-    """`nvidia.com/gpu.product`=`NVIDIA-A100` -> `gpu-product-nvidia-a100`: a valid name."""
+def _group_name(key: str, value: str, suffix: str = "") -> str:
+    """`nvidia.com/gpu.product`=`NVIDIA-A100` -> `gpu-product-nvidia-a100`: a valid name
+    (with `suffix`, cut to leave it room)."""
     raw = f"{key.rpartition('/')[2]}-{value}".lower()
-    name = re.sub(r"[^a-z0-9-]+", "-", raw).strip("-")[:63].strip("-")
-    return name or "group"
+    name = re.sub(r"[^a-z0-9-]+", "-", raw).strip("-")[: 63 - len(suffix)].strip("-")
+    return (name or "group") + suffix
+
+
+def _group_names(key: str, values: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    """A name per value, each a different file: values that make one name (`A100_x` and
+    `a100-x`, or two long values cut to one) are numbered in sorted order of the value,
+    the first keeping the plain name, as a file manager numbers a copy. Deterministic for
+    a set of values; a note for each value whose name was numbered."""
+    plain = {value: _group_name(key, value) for value in values}
+    taken: set[str] = set()
+    named: dict[str, tuple[str, str | None]] = {}
+    for value in sorted(values):
+        name, number = plain[value], 1
+        while name in taken or (number > 1 and name in plain.values()):
+            number += 1
+            name = _group_name(key, value, f"-{number}")
+        taken.add(name)
+        note = None
+        if number > 1:
+            alike = " and ".join(v for v in sorted(values) if plain[v] == plain[value])
+            note = (
+                f"the {key} values {alike} make one group name, {plain[value]}: the group "
+                f"of {value} is {name}"
+            )
+        named[value] = (name, note)
+    return named
 
 
 def write_import(root: Path, changes: Sequence[FileChange]) -> None:

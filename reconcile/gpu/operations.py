@@ -275,6 +275,50 @@ def rollout_plan(
     return job, job.preflight()
 
 
+def stale_driver_note(
+    state: DesiredState, version: str, nodes: Sequence[str], live: Sequence[LiveNode]
+) -> str | None:
+    """When desired/ declares another driver than `version` for any of `nodes` (in a
+    node's own file, or in the NodeGroup that gives the node the key), one note naming
+    every such file and what it declares: the next apply would revert those nodes."""
+    from reconcile.engine.facts import shown_value
+    from reconcile.engine.groups import compiled
+
+    major, minor, rev = drivers.split_driver_version(version)
+    wanted = {drivers.DRIVER_MAJOR: major, drivers.DRIVER_MINOR: minor, drivers.DRIVER_REV: rev}
+    selectors = compiled(state.groups)
+    labels_of = {n.name: n.labels for n in live}
+    # By file (and group): the old values it declares, and for how many of the nodes.
+    stale: dict[str, tuple[dict[str, str | None], set[str]]] = {}
+    for name in nodes:
+        own = state.nodes.get(name)
+        groups = [g for g, s in selectors if s.matches(labels_of.get(name, {}))]
+        for key, value in wanted.items():
+            # A node's own file overrides its groups, key by key (groups never disagree).
+            if own is not None and key in own.labels:
+                declarer, where = own, own.source.file
+            else:
+                group = next((g for g in groups if key in g.node.labels), None)
+                if group is None:
+                    continue
+                declarer, where = group.node, f"{group.node.source.file} (NodeGroup {group.name})"
+            if declarer.labels[key] != value:
+                olds, covered = stale.setdefault(where, ({}, set()))
+                olds[key] = declarer.labels[key]
+                covered.add(name)
+    if not stale:
+        return None
+    files = "; ".join(
+        f"{where} {', '.join(f'{k}={shown_value(v)}' for k, v in sorted(olds.items()))} "
+        f"for {len(covered)} node(s)"
+        for where, (olds, covered) in sorted(stale.items())
+    )
+    return (
+        f"desired/ still declares the old driver: {files}. The next `reconcile apply` "
+        "reverts this upgrade: change them too (or rerun with --write-desired)"
+    )
+
+
 def write_driver_labels(
     state: DesiredState, root: Path, version: str, upgraded: Sequence[str], live: Sequence[LiveNode]
 ) -> tuple[list[str], list[str]]:

@@ -157,7 +157,7 @@ class Rollout:
                 raise UpgradeRefused(f"--selector {request.selector} selects no node")
             return sorted(found, key=lambda n: n.name)
         nodes, missing = [], []
-        for name in request.nodes:
+        for name in dict.fromkeys(request.nodes):  # a node named twice is upgraded once
             try:
                 nodes.append(self.cluster.get_node(name))
             except NotFound:

@@ -333,7 +333,8 @@ class Upgrade:
         return live
 
     def planned_steps(self, start: int, tag: str, evictions: list[PodToEvict]) -> list[Step]:
-        """What `run` would emit, for --dry-run."""
+        """What `run` would do, for --dry-run: its steps, an eviction as `<pod> evict` (to
+        be done, where `run` says `evicted`)."""
         steps = []
         for state in STATES[start:]:
             if state == POD_DELETION_REQUIRED:
@@ -342,7 +343,7 @@ class Upgrade:
             if state == CORDON_REQUIRED:
                 steps.append(Step(self.node, "spec.unschedulable", "true"))
             elif state == DRAIN_REQUIRED:
-                steps.extend(Step(pod.id, "evicted") for pod in evictions)
+                steps.extend(Step(pod.id, "evict") for pod in evictions)
             elif state == POD_RESTART_REQUIRED:
                 steps.extend(Step(self.node, k, v) for k, v in self.driver_labels().items())
             elif state == VALIDATION_REQUIRED:

@@ -365,6 +365,41 @@ def test_the_commands_that_read_a_cluster_run_on_each_and_prefix_their_lines(
     assert not any(line.startswith("driver-lab Pod/gpu-drv/cuda12") for line in placement.lines)
 
 
+def test_a_fleets_report_names_each_cluster_in_its_variables_and_sources_cleanly(
+    fleet: Any, tmp_path: Path
+) -> None:
+    import subprocess
+
+    work, config, _clusters = fleet
+    report = run_cli("report", cwd=work, kubeconfig=config)
+    assert report.code == 0, report.stderr
+    assert report.lines[:3] == ["LAB__NODES=2", "LAB__SKEW=0", "LAB__MATRIX_ROWS=3"]
+    assert "LAB__LAB_NODE_1_TAG=535-5.15.0-107-generic-ubuntu22.04" in report.lines
+    assert "DRIVER_LAB__NODES=4" in report.lines
+    # Commands named like the clusters leave a mark if sourcing the report runs one.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("lab", "driver-lab"):
+        command = bin_dir / name
+        command.write_text(f"#!/bin/sh\ntouch '{tmp_path}/ran-{name}'\n")
+        command.chmod(0o755)
+    (tmp_path / "report.env").write_text(report.stdout)
+    sourced = subprocess.run(
+        ["sh", "-c", '. ./report.env; echo "$LAB__NODES $DRIVER_LAB__NODES $LAB__LAB_NODE_1_TAG"'],
+        cwd=tmp_path,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (sourced.returncode, sourced.stderr) == (0, "")
+    assert sourced.stdout == "2 4 535-5.15.0-107-generic-ubuntu22.04\n"
+    assert not list(tmp_path.glob("ran-*"))
+    one = run_cli("report", "--cluster", "lab", cwd=work, kubeconfig=config)
+    assert one.lines[0] == "NODES=2"  # one cluster: its lines as they are
+
+
 def test_one_cluster_commands_need_cluster_in_a_fleet(fleet: Any) -> None:
     work, config, clusters = fleet
     before = {name: snapshot(c) for name, c in clusters.items()}

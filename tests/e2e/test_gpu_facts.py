@@ -296,6 +296,34 @@ def test_report_is_computed_from_the_cluster_and_desired(make_cluster: ClusterFa
     }
 
 
+def test_report_refuses_two_nodes_that_make_one_variable(make_cluster: ClusterFactory) -> None:
+    objects = lab_objects("driver-lab")
+    [node] = [o for o in objects if o["kind"] == "Node" and o["metadata"]["name"] == "lab-node-1"]
+    twin = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "lab.node.1",
+            "labels": {**node["metadata"]["labels"], "kubernetes.io/hostname": "lab.node.1"},
+        },
+        "status": node["status"],
+    }
+    cluster = make_cluster([*objects, twin])
+
+    result = run_cli("report", cwd=DRIVER_LAB, kubeconfig=cluster.kubeconfig)
+
+    assert (result.code, result.stdout) == (2, "")
+    assert result.stderr == (
+        "error: node lab-node-1 and node lab.node.1 both make the variable LAB_NODE_1_TAG: "
+        "the report cannot name them apart (-o json names every node as it is); nothing was "
+        "printed\n"
+    )
+    as_json = run_cli("report", "-o", "json", cwd=DRIVER_LAB, kubeconfig=cluster.kubeconfig)
+    assert as_json.code == 0
+    names = [n["name"] for n in json.loads(as_json.stdout)["gpuNodes"]]
+    assert {"lab-node-1", "lab.node.1"} <= set(names)
+
+
 def test_show_owner_names_the_writer_of_each_drifted_label(lab: TestCluster, workdir: Path) -> None:
     lab.label("lab-node-0", **{"feature.node.kubernetes.io/kernel-version.major": "6"})
     plan = run_cli("plan", "--show-owner", cwd=workdir, kubeconfig=lab.kubeconfig)

@@ -334,3 +334,88 @@ def test_one_node_already_on_the_target_is_not_drained(
     assert (result.code, result.stdout) == (0, "")
     assert f"pool-5 is already on driver {TARGET}: nothing to do" in result.stderr
     assert snapshot(cluster) == before
+
+
+OLD_DRIVER_GROUP = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: NodeGroup
+metadata: {name: a100}
+selector:
+  matchLabels: {example.com/pool: a100}
+labels:
+  nvidia.com/cuda.driver.major: "535"  # the pool's driver
+  nvidia.com/cuda.driver.minor: "183"
+  nvidia.com/cuda.driver.rev: "06"
+"""
+OLD_DRIVER_NODE = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: NodeFeatures
+metadata: {name: pool-5}
+labels:
+  nvidia.com/cuda.driver.minor: "183"
+"""
+
+
+def test_a_pool_upgrade_says_once_that_desired_still_declares_the_old_driver(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _pool(make_cluster, budget=False)
+    (work / "desired" / "groups").mkdir()
+    (work / "desired" / "groups" / "a100.yaml").write_text(OLD_DRIVER_GROUP)
+    (work / "desired" / "nodes").mkdir()
+    (work / "desired" / "nodes" / "pool-5.yaml").write_text(OLD_DRIVER_NODE)
+    stale = (
+        "note: desired/ still declares the old driver: desired/groups/a100.yaml (NodeGroup "
+        "a100) nvidia.com/cuda.driver.major=535, nvidia.com/cuda.driver.minor=183, "
+        "nvidia.com/cuda.driver.rev=06 for 6 node(s); desired/nodes/pool-5.yaml "
+        "nvidia.com/cuda.driver.minor=183 for 1 node(s). The next `reconcile apply` reverts "
+        "this upgrade: change them too (or rerun with --write-desired)"
+    )
+
+    dry = upgrade(cluster, work, "--selector", SELECTOR, "--max-parallel", "3", "--dry-run")
+    assert dry.code == 0, dry.stderr
+    assert dry.stderr.splitlines().count(stale) == 1
+
+    done = upgrade(cluster, work, "--selector", SELECTOR, "--max-parallel", "3")
+    assert done.code == 0, done.stderr
+    assert done.stderr.splitlines().count(stale) == 1
+    assert sum("still declares" in line for line in done.stderr.splitlines()) == 1
+
+    # As the note says: the rerun has nothing to upgrade and writes desired/.
+    rerun = upgrade(cluster, work, "--selector", SELECTOR, "--write-desired")
+    assert rerun.code == 0, rerun.stderr
+    assert "still declares" not in rerun.stderr
+    group = (work / "desired" / "groups" / "a100.yaml").read_text()
+    assert 'nvidia.com/cuda.driver.major: "550"  # the pool\'s driver\n' in group
+    assert (
+        'nvidia.com/cuda.driver.minor: "90"'
+        in (work / "desired" / "nodes" / "pool-5.yaml").read_text()
+    )
+    plan = run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig)
+    assert (plan.code, plan.stdout) == (0, ""), plan.stderr
+
+
+def test_a_node_named_twice_is_upgraded_once(make_cluster: ClusterFactory, work: Path) -> None:
+    cluster = _pool(make_cluster, budget=False)
+    dry = upgrade(
+        cluster,
+        work,
+        "pool-0",
+        "pool-1",
+        "pool-0",
+        "--max-parallel",
+        "2",
+        "--max-unavailable",
+        "2",
+        "--dry-run",
+    )
+    assert dry.code == 0, dry.stderr
+    assert dry.lines == ["batch 1: pool-0,pool-1 (dry run)"]
+    assert "note: pool-0 named more than once: upgraded once" in dry.stderr
+
+    done = upgrade(cluster, work, "pool-0", "pool-0", "--max-parallel", "2")
+    assert done.code == 0, done.stderr
+    assert done.lines[0] == "batch 1: pool-0"
+    assert done.lines.count("pool-0 upgrade-required") == 1
+    assert done.lines.count("pool-0 upgrade-done") == 1
+    assert cluster.labels("pool-0")["nvidia.com/cuda.driver.minor"] == "90"

@@ -110,6 +110,35 @@ def test_import_selector_and_prefixes(lab: TestCluster, tmp_path: Path) -> None:
     assert not (tmp_path / "desired" / "nodes" / "lab-node-0.yaml").exists()
 
 
+def test_import_group_by_gives_values_that_make_one_name_a_file_each(
+    lab: TestCluster, tmp_path: Path
+) -> None:
+    lab.label("lab-node-0", **{"example.com/sku": "a100-x"})
+    lab.label("lab-node-1", **{"example.com/sku": "A100_x"})
+
+    result = run_cli(
+        "import", "--group-by", "example.com/sku", cwd=tmp_path, kubeconfig=lab.kubeconfig
+    )
+
+    assert result.code == 0, result.stderr
+    groups = tmp_path / "desired" / "groups"
+    # In sorted order of the value: A100_x keeps the plain name, a100-x is numbered.
+    assert result.lines[:2] == [
+        "desired/groups/sku-a100-x.yaml 13 label(s)",
+        "desired/groups/sku-a100-x-2.yaml 12 label(s)",
+    ]
+    assert "    example.com/sku: A100_x\n" in (groups / "sku-a100-x.yaml").read_text()
+    assert "    example.com/sku: a100-x\n" in (groups / "sku-a100-x-2.yaml").read_text()
+    assert "name: sku-a100-x-2\n" in (groups / "sku-a100-x-2.yaml").read_text()
+    assert (
+        "note: the example.com/sku values A100_x and a100-x make one group name, sku-a100-x: "
+        "the group of a100-x is sku-a100-x-2"
+    ) in result.stderr
+    assert run_cli("validate", cwd=tmp_path).code == 0
+    plan = run_cli("plan", cwd=tmp_path, kubeconfig=lab.kubeconfig)
+    assert (plan.code, plan.stdout) == (0, "")
+
+
 @pytest.mark.parametrize("prefix", ["kubernetes", "k", "", "beta.", "topology", "node"])
 def test_import_never_takes_a_kubelet_key_whatever_the_prefix_says(
     prefix: str, lab: TestCluster, tmp_path: Path

@@ -122,9 +122,23 @@ def test_dry_run_stops_after_the_preflight(cluster: TestCluster, work: Path) -> 
     code, lines, _ = _upgrade(cluster, work, "--dry-run")
 
     assert code == 0
-    assert lines[:3] == THE_STEPS[:3]
-    assert "Pod/gpu-drv/trainer-7d9c5b8f6d-m4w7z evicted" in lines
+    # Every line marked, as a pool's dry run marks its lines; nothing said to be done.
+    assert lines[:3] == [f"{step} (dry run)" for step in THE_STEPS[:3]]
+    assert all(line.endswith(" (dry run)") for line in lines)
+    assert "Pod/gpu-drv/trainer-7d9c5b8f6d-m4w7z evict (dry run)" in lines
+    assert not [line for line in lines if "evicted" in line]
     assert cluster.resource_versions() == before
+
+
+def test_a_node_named_twice_is_upgraded_once(cluster: TestCluster, work: Path) -> None:
+    _add_row(work)
+    _min_available(cluster, 3)
+
+    code, lines, err = _upgrade(cluster, work, "lab-node-1")
+
+    assert code == 0, err
+    assert lines == THE_STEPS  # one upgrade: each state once, the pod evicted once
+    assert "note: lab-node-1 named more than once: upgraded once" in err
 
 
 def test_write_desired_updates_the_file_in_place(cluster: TestCluster, work: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from reconcile.cli.output import Format
-from reconcile.cli.views import render_plan, render_report
+from reconcile.cli.views import render_plan, render_report, report_clash
 from reconcile.engine.diff import Action, LabelChange
 from reconcile.engine.plan import Finding, NodePlan, Plan
 from reconcile.gpu.drivers import env_name
@@ -91,6 +91,25 @@ def test_plain_tokens_stay_unquoted_in_the_report(tmp_path: Path) -> None:
 )
 def test_report_variable_names_are_always_shell_names(node: str, variable: str) -> None:
     assert env_name(node) == variable
+
+
+def _gpu_report(*nodes: str) -> Report:
+    return Report(tuple(ReportNode(n, "550-x", None) for n in nodes), 0, 1)
+
+
+def test_a_report_variable_two_clusters_would_set_is_refused_naming_both() -> None:
+    assert (
+        report_clash({"lab": _gpu_report("lab-node-1"), "driver-lab": _gpu_report("lab-node-1")})
+        is None
+    )
+    # `a--b` then `x`, or `a` then `b--x`: both A__B__X_TAG.
+    clash = report_clash({"a--b": _gpu_report("x"), "a": _gpu_report("b--x")})
+    assert clash is not None
+    assert clash.startswith(
+        "node x of cluster a--b and node b--x of cluster a both make the variable A__B__X_TAG"
+    )
+    assert report_clash({None: _gpu_report("a-b", "a.b")}) is not None
+    assert report_clash({None: _gpu_report("a-b", "a.c")}) is None
 
 
 def _node(name: str, *changes: LabelChange) -> NodePlan:

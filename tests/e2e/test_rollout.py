@@ -560,3 +560,41 @@ def test_a_pool_rollout_waits_for_each_replacement_pod_before_the_next_drain(
         assert found["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
         assert found["metadata"]["labels"]["nvidia.com/cuda.driver.major"] == "550"
         assert not found["spec"].get("unschedulable")
+
+
+def test_a_batch_whose_budget_does_not_recover_in_time_fails_without_being_cordoned(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _rp_pool(make_cluster)
+    if not cluster.is_sandbox:
+        pytest.skip("the real ReplicaSet controller replaces the evicted trainer")
+    untouched = {n: cluster.node(n)["metadata"]["labels"] for n in ("rp-2", "rp-3")}
+    started = time.monotonic()
+    result = run_cli(
+        "upgrade",
+        "--selector",
+        "pool=rp",
+        "--driver",
+        TARGET,
+        "--timeout",
+        "3s",
+        cwd=work,
+        kubeconfig=cluster.kubeconfig,
+    )
+    assert result.code == 2
+    assert time.monotonic() - started < 30
+    assert "rp-0 upgrade-done" in result.lines
+    assert result.lines[-1] == "rp-1 upgrade-failed"
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert error == (
+        "error: rollout stopped: rp-1 failed: timed out after 3s waiting for the budgets to "
+        "allow the drain of batch 2 (rp-1): PodDisruptionBudget train/trainer-pdb allows no "
+        "disruption yet (3 healthy, 4 desired); rp-1 is labelled upgrade-failed, neither "
+        "cordoned nor drained by this run: let the budget recover (or change it), then rerun; "
+        "done: rp-0; not started: rp-2, rp-3; rerun the same command to resume"
+    )
+    failed = cluster.node("rp-1")
+    assert failed["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-failed"
+    assert not failed["spec"].get("unschedulable")
+    assert [p["metadata"]["name"] for p in _trainers(cluster) if p["spec"]["nodeName"] == "rp-1"]
+    assert {n: cluster.node(n)["metadata"]["labels"] for n in ("rp-2", "rp-3")} == untouched

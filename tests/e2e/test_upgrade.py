@@ -57,13 +57,20 @@ def _add_row(work: Path) -> None:
 
 
 def _min_available(cluster: TestCluster, value: int) -> None:
+    """Change the budget, then wait for the disruption controller to recompute its status
+    (at once on the sandbox, a moment later on a real cluster)."""
+    path = "/apis/policy/v1/namespaces/gpu-drv/poddisruptionbudgets/trainer-pdb"
     status, body = cluster.raw(
-        "PATCH",
-        "/apis/policy/v1/namespaces/gpu-drv/poddisruptionbudgets/trainer-pdb",
-        {"spec": {"minAvailable": value}},
-        "application/merge-patch+json",
+        "PATCH", path, {"spec": {"minAvailable": value}}, "application/merge-patch+json"
     )
     assert status == 200, body
+    generation = body["metadata"]["generation"]
+
+    def observed() -> bool:
+        current = cluster.raw("GET", path)[1]
+        return bool((current.get("status") or {}).get("observedGeneration", 0) >= generation)
+
+    wait_for(observed, what="the budget's status after the change")
 
 
 def _upgrade(cluster: TestCluster, work: Path, *extra: str) -> tuple[int, list[str], str]:

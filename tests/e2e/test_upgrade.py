@@ -180,6 +180,9 @@ def test_a_budget_that_blocks_after_preflight_times_out_leaving_the_node_cordone
     assert code == 2
     assert time.monotonic() - started < 30
     assert lines[-1] == f"lab-node-1 {STATE} upgrade-failed"
+    # the refusal is said while it is retried, once
+    waiting = "note: waiting: evicting Pod/gpu-drv/trainer-7d9c5b8f6d-m4w7z: Cannot evict pod"
+    assert err.count(waiting) == 1
     assert (
         "timed out after 1s evicting Pod/gpu-drv/trainer-7d9c5b8f6d-m4w7z: Cannot evict pod as it would violate "
         "the pod's disruption budget. (The disruption budget trainer-pdb needs 4 healthy pods and has 4 currently)"

@@ -299,7 +299,12 @@ class Rollout:
         for batch in plan.batches:
             if failed or self._stop.is_set():
                 break
-            blocked = self._wait_for_budgets(batch)
+            try:
+                blocked = self._wait_for_budgets(batch)
+            except ReconcileError as e:  # the API failed while waiting: nothing was done
+                started.add(batch.nodes[0])
+                failed.append((batch.nodes[0], f"{e}; nothing was done to {batch.nodes[0]}"))
+                break
             if blocked is not None:
                 for node in batch.nodes:
                     started.add(node)

@@ -13,7 +13,7 @@ import pytest
 
 from reconcile.desired.loader import load_desired
 from reconcile.desired.models import DesiredState
-from reconcile.diagnostics import NotFound, TooManyRequests
+from reconcile.diagnostics import ApiError, NotFound, TooManyRequests
 from reconcile.gpu.rollout import Rollout, RolloutRequest
 from reconcile.gpu.upgrade import (
     PodToEvict,
@@ -376,3 +376,26 @@ def test_a_stopped_rollout_stops_waiting_and_starts_no_other_node(desired: Desir
     assert (result.done, result.failed, result.not_started) == (("n0",), (), ("n1", "n2"))
     assert 30.0 <= clock.now < 32.0
     assert {n for _, n, _ in cluster.writes} == {"n0", "t0"}
+
+
+def test_an_api_error_while_waiting_fails_the_batch_and_the_rollout_still_reports(
+    desired: DesiredState,
+) -> None:
+    clock = _Clock()
+    cluster = _Cluster(clock)
+    budgets = cluster.budgets
+
+    def failing(namespace: str) -> list[dict[str, Any]]:
+        if clock.now >= 5.0:
+            raise ApiError(503, "ServiceUnavailable", "the server is currently unavailable")
+        return budgets(namespace)
+
+    cluster.budgets = failing  # type: ignore[method-assign]
+    job = _rollout(cluster, clock, desired, [], timeout=60.0)
+    result = job.run(job.preflight())
+    assert result.done == ("n0",)
+    [(node, reason)] = result.failed
+    assert node == "n1" and reason.endswith("; nothing was done to n1")
+    assert "the server is currently unavailable" in reason
+    assert result.not_started == ("n2",)
+    assert "n1" not in {n for _, n, _ in cluster.writes}

@@ -27,6 +27,7 @@ from kubernetes import client, config
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.main import parse_seed, seed_text
 from reconcile.sandbox.resources import resource_for
+from tests.kubelet import NodeStandIn
 
 REPO = Path(__file__).resolve().parents[1]
 DESIRED = REPO / "desired"
@@ -158,6 +159,9 @@ class TestCluster:
         self.core = client.CoreV1Api(self.api_client)
         self._created: list[tuple[str, str, str, str]] = []
         self._uids: dict[tuple[str, str, str], str] = {}  # (kind, namespace, name) -> uid
+        # On a real cluster: the kubelet of every node the harness creates (none is behind
+        # an API-created Node), so that the suite needs no stand-in of the cluster's own.
+        self.kubelet = None if sandbox is not None else NodeStandIn(self.raw, SEEDED)
 
     @property
     def is_sandbox(self) -> bool:
@@ -259,6 +263,10 @@ class TestCluster:
         self._uids[(resource.kind, namespace, name)] = created["metadata"]["uid"]
         if status_part is not None:
             created = self._write_status(f"{collection}/{name}", created, status_part)
+        if self.kubelet is not None and resource.kind == "Node":
+            self.kubelet.register(created)
+            code, created = self.raw("GET", f"{collection}/{name}")
+            assert code == 200, created
         return dict(created)
 
     def _applied_by_reconcile(self, collection: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -339,9 +347,10 @@ class TestCluster:
             self._settle()
 
     def _settle(self) -> None:
-        """Wait for what a real cluster does by itself after seeding: the stand-in kubelet
-        marks every node Ready (removing the not-ready taint) and every bound pod Running,
-        the disruption controller computes every budget's status."""
+        """Wait for what a real cluster does after seeding: every node Ready without the
+        not-ready taint and every bound pod Running (the harness's stand-in kubelet, see
+        tests/kubelet.py, or the cluster's own), every budget's status computed by the
+        disruption controller."""
 
         def nodes_ready() -> bool:
             for node in self.raw("GET", "/api/v1/nodes")[1]["items"]:
@@ -385,6 +394,8 @@ class TestCluster:
     def cleanup(self) -> None:
         """Leave the real cluster as a fresh one: what the test created in the namespaces
         every cluster has (a Secret in kube-system), then everything `reset` removes."""
+        if self.kubelet is not None:
+            self.kubelet.stop()  # the nodes go: nothing to keep up any more
         now = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
         for collection, name, _kind, namespace in reversed(self._created):
             if namespace in SYSTEM_NAMESPACES:
@@ -454,7 +465,8 @@ def reset(cluster: TestCluster) -> None:
             lambda name=name: cluster.raw("GET", f"/api/v1/namespaces/{name}")[0] == 404,
             what=f"namespace {name} to go",
         )
-    for namespace in ("default", "kube-system"):
+    # kube-node-lease: the Leases of the harness's stand-in kubelet
+    for namespace in ("default", "kube-system", "kube-node-lease"):
         for collection in collections:
             cluster.raw(
                 "DELETE",
@@ -507,6 +519,8 @@ def start_cluster(objects: list[dict[str, Any]], directory: Path) -> TestCluster
         shutil.copy(REAL_KUBECONFIG, kubeconfig)
         cluster = TestCluster(kubeconfig)
         reset(cluster)  # whatever an earlier test or run left behind
+        assert cluster.kubelet is not None
+        cluster.kubelet.start()
         cluster.seed(objects)
         return cluster
     sandbox = Sandbox(objects).start()

@@ -5,9 +5,15 @@ walking the GPU Operator's states (upgrade.py), never more nodes unavailable tha
 Preflight reports every problem in one run: the missing support-matrix rows (all of
 them), the nodes that are not GPU nodes, and each batch a budget would block, with the
 smallest change that lets it through (in desired/ when desired/ declares the budget).
+A budget blocks the preflight only if it could not allow a batch's evictions even with
+every pod it expects healthy. What is short only for now (the replacement of a pod the
+previous batch evicted is still starting) is waited for before the batch starts, up to
+--timeout, as `kubectl drain` retries an eviction the budget refuses and the GPU
+Operator's upgrade controller waits; the wait is said as a `waiting: ...` note.
+
 Execution stops at the first node that fails: nodes not started are untouched, the failed
-one stays cordoned in `upgrade-failed`, and a rerun resumes (nodes at the target driver
-are skipped and listed as done).
+one is left in `upgrade-failed` (cordoned if its drain had begun), and a rerun resumes
+(nodes at the target driver are skipped and listed as done).
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import NotFound, ReconcileError
 from reconcile.gpu import drivers
 from reconcile.gpu.upgrade import (
+    DRAIN_REQUIRED,
+    STATE,
+    STATES,
+    UPGRADE_FAILED,
     Declared,
     PodToEvict,
     Step,
@@ -32,6 +42,7 @@ from reconcile.gpu.upgrade import (
     UpgradeFailed,
     UpgradeRefused,
     budget_blockers,
+    budget_waits,
     pods_to_evict,
 )
 from reconcile.kube.objects import LiveNode
@@ -39,6 +50,7 @@ from reconcile.kube.selector import SelectorError
 from reconcile.kube.selector import parse as parse_selector
 
 WAIT_POLL_SECONDS = 2.0
+BUDGET_POLL_SECONDS = 1.0
 
 
 class RolloutCluster(UpgradeCluster, Protocol):
@@ -256,7 +268,8 @@ class Rollout:
         return batches
 
     def _budget_problems(self, batches: Sequence[Batch]) -> list[str]:
-        """Each batch's evictions, all at once, against the budgets as they are now."""
+        """Each batch's evictions, all at once, against what the budgets allow at best:
+        a budget short only until pods now starting are Ready is waited for, not refused."""
         problems: list[str] = []
         budgets: dict[str, list[dict[str, Any]]] = {}
         for batch in batches:
@@ -273,7 +286,7 @@ class Rollout:
             for namespace in sorted({p.namespace for p in evictions} - budgets.keys()):
                 budgets[namespace] = self.cluster.budgets(namespace)
             subject = f"batch {batch.number} ({', '.join(batch.nodes)})"
-            problems += budget_blockers(evictions, budgets, subject, self.declared)
+            problems += budget_blockers(evictions, budgets, subject, self.declared, at_best=True)
         return problems
 
     # --- execution --------------------------------------------------------------------------
@@ -285,6 +298,17 @@ class Rollout:
         selection = set(plan.targets) | set(plan.done)
         for batch in plan.batches:
             if failed or self._stop.is_set():
+                break
+            try:
+                blocked = self._wait_for_budgets(batch)
+            except ReconcileError as e:  # the API failed while waiting: nothing was done
+                started.add(batch.nodes[0])
+                failed.append((batch.nodes[0], f"{e}; nothing was done to {batch.nodes[0]}"))
+                break
+            if blocked is not None:
+                for node in batch.nodes:
+                    started.add(node)
+                    failed.append((node, self._fail_unstarted(node, blocked)))
                 break
 
             def one(node: str) -> None:
@@ -338,10 +362,70 @@ class Rollout:
                 )
             self.sleep(WAIT_POLL_SECONDS)
 
+    def _evictions(self, node: str) -> list[PodToEvict]:
+        """What the node's drain will evict (none when a resumed run is past its drain,
+        or when the node's own preflight will refuse it, and say why)."""
+        if self._job(node).start_index(self.cluster.get_node(node)) > STATES.index(DRAIN_REQUIRED):
+            return []
+        try:
+            return pods_to_evict(
+                self.cluster.pods_on(node),
+                ignore_daemonsets=self.request.ignore_daemonsets,
+                force=self.request.force,
+            )
+        except UpgradeRefused:
+            return []
+
+    def _wait_for_budgets(self, batch: Batch) -> str | None:
+        """Before any node of the batch is cordoned: the budgets allow the evictions of
+        all its nodes at once, waiting up to --timeout for them to (a replacement pod of
+        the previous batch may still be starting). None when they do, or when the rollout
+        is stopped; else why they did not in time."""
+        subject = f"batch {batch.number} ({', '.join(batch.nodes)})"
+        deadline = self.clock() + self.request.timeout
+        said: list[str] = []
+        while True:
+            evictions = [pod for node in batch.nodes for pod in self._evictions(node)]
+            namespaces = sorted({p.namespace for p in evictions})
+            budgets = {ns: self.cluster.budgets(ns) for ns in namespaces}
+            waits = budget_waits(evictions, budgets, subject)
+            if not waits or self._stop.is_set():
+                return None
+            if self.clock() >= deadline:
+                return (
+                    f"timed out after {self.request.timeout:g}s waiting for the budgets to "
+                    f"allow the drain of {subject}: " + "; ".join(waits)
+                )
+            if waits != said:  # said when the reason changes, not at every poll
+                said = waits
+                for reason in waits:
+                    self.note(
+                        f"waiting: {reason}; {subject} starts when it allows the drain "
+                        f"(up to {self.request.timeout:g}s)"
+                    )
+            self.sleep(min(BUDGET_POLL_SECONDS, max(0.0, deadline - self.clock())))
+
+    def _fail_unstarted(self, node: str, reason: str) -> str:
+        """A node whose batch could not start: labelled upgrade-failed, as the operator
+        marks a node it could not drain; the failure as the rollout reports it."""
+        left = f"is labelled {UPGRADE_FAILED}"
+        try:
+            self.cluster.patch_node(node, {"metadata": {"labels": {STATE: UPGRADE_FAILED}}})
+        except ReconcileError as e:
+            left = f"could not be labelled {UPGRADE_FAILED} ({e})"
+        else:
+            self.emit(Step(node, STATE, UPGRADE_FAILED))
+        return (
+            f"{reason}; {node} {left}, neither cordoned nor drained by this run: let the "
+            "budget recover (or change it), then rerun"
+        )
+
     def _upgrade(self, node: str) -> None:
         job = self._job(node)
         live = self.cluster.get_node(node)
-        start, tag, evictions = job.preflight(live)
+        # The batch's budgets were waited for; an eviction still refused is retried
+        # until --timeout by the drain.
+        start, tag, evictions = job.preflight(live, check_budgets=False)
         if self.request.wait_for_completion:
             self._wait_for_pods(node)
         job.run(start, tag, evictions)

@@ -182,15 +182,11 @@ def _suggestion(budget: Mapping[str, Any], shortfall: int, declared: Declared) -
     )
 
 
-def budget_blockers(
-    evictions: list[PodToEvict],
-    budgets_by_namespace: Mapping[str, list[dict[str, Any]]],
-    node: str,
-    declared: Declared | None = None,
-) -> list[str]:
-    """Budgets that would refuse an eviction before the node is empty (or the batch of
-    nodes `node` names), each named with its spec, healthy count and what change would
-    let the drain pass: in desired/ when it declares the budget (`declared`)."""
+def _budget_needs(
+    evictions: list[PodToEvict], budgets_by_namespace: Mapping[str, list[dict[str, Any]]]
+) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], dict[str, Any]], list[str]]:
+    """(evictions each budget must allow, the budgets by (namespace, name), pods the
+    Eviction API refuses whatever the budgets say: selected by more than one)."""
     needed: dict[tuple[str, str], int] = {}
     found: dict[tuple[str, str], dict[str, Any]] = {}
     problems: list[str] = []
@@ -222,18 +218,80 @@ def budget_blockers(
             )
             if not unhealthy_free:
                 needed[key] = needed.get(key, 0) + 1
+    return needed, found, problems
+
+
+def _at_best(status: Mapping[str, Any]) -> int | None:
+    """The disruptions a budget allows once every pod it expects is healthy (None: the
+    disruption controller has not said how many pods it expects)."""
+    expected, desired = status.get("expectedPods"), status.get("desiredHealthy")
+    if not isinstance(expected, int) or not isinstance(desired, int):
+        return None
+    return max(0, expected - desired)
+
+
+def budget_blockers(
+    evictions: list[PodToEvict],
+    budgets_by_namespace: Mapping[str, list[dict[str, Any]]],
+    node: str,
+    declared: Declared | None = None,
+    *,
+    at_best: bool = False,
+) -> list[str]:
+    """Budgets that would refuse an eviction before the node is empty (or the batch of
+    nodes `node` names), each named with its spec, healthy count and what change would
+    let the drain pass: in desired/ when it declares the budget (`declared`).
+
+    With `at_best`, a budget blocks only if it could not allow the evictions even with
+    every pod it expects healthy (its spec, not the moment): what is short now only
+    because pods are starting is for the caller to wait for (`budget_waits`)."""
+    needed, found, problems = _budget_needs(evictions, budgets_by_namespace)
     for key, count in sorted(needed.items()):
         budget = found[key]
         status = budget.get("status") or {}
         allowed = int(status.get("disruptionsAllowed", 0))
-        if count <= allowed:
+        best = _at_best(status) if at_best else None
+        limit = allowed if best is None else max(allowed, best)
+        if count <= limit:
             continue
+        shown = f"disruptionsAllowed {allowed}"
+        if limit > allowed:
+            shown += f", {limit} with all {status.get('expectedPods')} pods healthy"
         problems.append(
             f"PodDisruptionBudget {key[0]}/{key[1]} blocks the drain of {node}: "
             f"{_spec_summary(budget.get('spec') or {})}, {status.get('currentHealthy', 0)} healthy "
-            f"(disruptionsAllowed {allowed}), and the drain must evict {count} of its pods: "
-            + _suggestion(budget, count - allowed, declared or {})
+            f"({shown}), and the drain must evict {count} of its pods: "
+            + _suggestion(budget, count - limit, declared or {})
         )
+    return problems
+
+
+def budget_waits(
+    evictions: list[PodToEvict],
+    budgets_by_namespace: Mapping[str, list[dict[str, Any]]],
+    subject: str,
+) -> list[str]:
+    """Why the evictions cannot all go ahead now, one reason per budget short of them
+    (empty: the budgets allow every one): what a drain waits for, as `kubectl drain`
+    retries an eviction the budget refuses."""
+    needed, found, problems = _budget_needs(evictions, budgets_by_namespace)
+    for key, count in sorted(needed.items()):
+        status = found[key].get("status") or {}
+        allowed = int(status.get("disruptionsAllowed", 0))
+        if count <= allowed:
+            continue
+        counts = (
+            f"({status.get('currentHealthy', 0)} healthy, {status.get('expectedPods', 0)} desired)"
+        )
+        if allowed == 0:
+            problems.append(
+                f"PodDisruptionBudget {key[0]}/{key[1]} allows no disruption yet {counts}"
+            )
+        else:
+            problems.append(
+                f"PodDisruptionBudget {key[0]}/{key[1]} allows {allowed} disruption(s) yet, "
+                f"{subject} needs {count} {counts}"
+            )
     return problems
 
 
@@ -268,8 +326,12 @@ class Upgrade:
             return STATES.index(DRAIN_REQUIRED) if state == POD_DELETION_REQUIRED else index
         return 0
 
-    def preflight(self, live: LiveNode) -> tuple[int, str, list[PodToEvict]]:
-        """Refuse before any write, or (start index, target tag, pods to evict)."""
+    def preflight(
+        self, live: LiveNode, *, check_budgets: bool = True
+    ) -> tuple[int, str, list[PodToEvict]]:
+        """Refuse before any write, or (start index, target tag, pods to evict). Without
+        `check_budgets` the budgets are the caller's: a rollout has checked them for the
+        whole batch and waits for them to allow its evictions."""
         if not drivers.is_gpu_node(live.labels):
             raise UpgradeRefused(
                 f'{self.node}: not a GPU node: {drivers.GPU_PRESENT} is not "true" '
@@ -302,7 +364,7 @@ class Upgrade:
             evictions = pods_to_evict(
                 pods, ignore_daemonsets=self.ignore_daemonsets, force=self.force
             )
-            namespaces = sorted({p.namespace for p in evictions})
+            namespaces = sorted({p.namespace for p in evictions}) if check_budgets else []
             budgets = {ns: self.cluster.budgets(ns) for ns in namespaces}
             blockers = budget_blockers(evictions, budgets, self.node, self.declared)
             if blockers:
@@ -445,20 +507,23 @@ class Upgrade:
             self._wait_gone(pod, deadline)
 
     def _evict(self, pod: PodToEvict, deadline: float) -> None:
+        said = ""
         while True:
             try:
                 self.cluster.evict(pod.namespace, pod.name)
             except NotFound:
                 return  # gone already
             except TooManyRequests as e:
+                causes = "; ".join(str(c.get("message", "")) for c in e.causes if c.get("message"))
+                reason = e.message + (f" ({causes})" if causes else "")
                 remaining = deadline - self.clock()
                 if remaining <= 0:
-                    causes = "; ".join(
-                        str(c.get("message", "")) for c in e.causes if c.get("message")
-                    )
-                    self._fail(
-                        f"timed out after {self.timeout:g}s evicting {pod.id}: {e.message}"
-                        + (f" ({causes})" if causes else "")
+                    self._fail(f"timed out after {self.timeout:g}s evicting {pod.id}: {reason}")
+                if reason != said:  # once per reason, not once per retry
+                    said = reason
+                    self.note(
+                        f"waiting: evicting {pod.id}: {reason}; retried every "
+                        f"{EVICTION_RETRY_SECONDS:g}s for up to {self.timeout:g}s"
                     )
                 self.sleep(min(EVICTION_RETRY_SECONDS, remaining))
                 continue

@@ -4,6 +4,7 @@ the first failure stops the rollout and a rerun finishes it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -16,7 +17,7 @@ from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.server import FaultInjector, Route
 from tests.conftest import ClusterFactory
 from tests.e2e.test_prune_guards import snapshot
-from tests.support import TestCluster, run_cli
+from tests.support import TestCluster, run_cli, wait_for
 
 POOL = [f"pool-{i}" for i in range(6)]
 TARGET = "550.90.07"
@@ -419,3 +420,266 @@ def test_a_node_named_twice_is_upgraded_once(make_cluster: ClusterFactory, work:
     assert done.lines.count("pool-0 upgrade-required") == 1
     assert done.lines.count("pool-0 upgrade-done") == 1
     assert cluster.labels("pool-0")["nvidia.com/cuda.driver.minor"] == "90"
+
+
+# --- a pool whose replacement pods start only once their node is uncordoned ---------------
+
+RP = [f"rp-{i}" for i in range(4)]
+TRAINER_LABELS = {"app": "trainer"}
+
+
+def _rp_node(name: str) -> dict[str, Any]:
+    node = _node(name, pool="rp")
+    del node["metadata"]["labels"]["example.com/pool"]
+    return node
+
+
+def _trainer_pod(name: str, node: str, owner: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "train",
+            "labels": TRAINER_LABELS,
+            "ownerReferences": [owner],
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "t", "image": "trainer:1"}]},
+    }
+
+
+_TRAINER_RS = {
+    "apiVersion": "apps/v1",
+    "kind": "ReplicaSet",
+    "name": "trainer-5f8b9c7d4",
+    "uid": "6a1c2e3f-4b5d-4c6e-8f70-8192a3b4c5d6",
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+_RP_BUDGET = {
+    "apiVersion": "policy/v1",
+    "kind": "PodDisruptionBudget",
+    "metadata": {"name": "trainer-pdb", "namespace": "train"},
+    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": TRAINER_LABELS}},
+}
+# One trainer per node, by the scheduler's rules: a pod of a drained node has nowhere else
+# to go, so its replacement stays Pending until that node is uncordoned.
+_TRAINER_DEPLOYMENT = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "trainer", "namespace": "train", "labels": TRAINER_LABELS},
+    "spec": {
+        "replicas": 4,
+        "selector": {"matchLabels": TRAINER_LABELS},
+        "template": {
+            "metadata": {"labels": TRAINER_LABELS},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "affinity": {
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {
+                                "labelSelector": {"matchLabels": TRAINER_LABELS},
+                                "topologyKey": "kubernetes.io/hostname",
+                            }
+                        ]
+                    }
+                },
+                "containers": [{"name": "t", "image": "trainer:1"}],
+            },
+        },
+    },
+}
+
+
+def _trainers(cluster: TestCluster) -> list[dict[str, Any]]:
+    status, body = cluster.raw("GET", "/api/v1/namespaces/train/pods?labelSelector=app%3Dtrainer")
+    assert status == 200, body
+    return [p for p in body["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+class _ReplicaSetStandIn:
+    """The sandbox has no controllers: this plays the ReplicaSet controller, the scheduler
+    and the kubelet for the trainers, as they act on the real control plane. A missing
+    trainer is replaced on the schedulable node that runs none (the anti-affinity), and
+    becomes Ready a second later (its containers start)."""
+
+    def __init__(self, cluster: TestCluster) -> None:
+        self.cluster = cluster
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.created = 0
+
+    def _loop(self) -> None:
+        starting: dict[str, float] = {}
+        while not self.stop.is_set():
+            trainers = _trainers(self.cluster)
+            taken = {p["spec"]["nodeName"] for p in trainers}
+            _, nodes = self.cluster.raw("GET", "/api/v1/nodes?labelSelector=pool%3Drp")
+            free = sorted(
+                n["metadata"]["name"]
+                for n in nodes["items"]
+                if not n["spec"].get("unschedulable") and n["metadata"]["name"] not in taken
+            )
+            if len(trainers) < len(RP) and free:
+                self.created += 1
+                name = f"trainer-5f8b9c7d4-r{self.created}"
+                self.cluster.create(_trainer_pod(name, free[0], _TRAINER_RS))
+                starting[name] = time.monotonic() + 1.0
+            for name, when in list(starting.items()):
+                if time.monotonic() >= when:
+                    del starting[name]
+                    self._run(name)
+            time.sleep(0.05)
+
+    def _run(self, name: str) -> None:
+        path = f"/api/v1/namespaces/train/pods/{name}/status"
+        status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        code, body = self.cluster.raw(
+            "PATCH", path, {"status": status}, "application/merge-patch+json"
+        )
+        assert code == 200, body
+
+    def __enter__(self) -> _ReplicaSetStandIn:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def _rp_pool(make_cluster: ClusterFactory) -> TestCluster:
+    """Four GPU nodes, four trainers (one per node) and a budget of maxUnavailable 1: on a
+    real control plane a Deployment's pods, placed by the scheduler; on the sandbox its
+    ReplicaSet's pods bound by hand, the stand-in above replacing them."""
+    objects: list[dict[str, Any]] = [_rp_node(name) for name in RP]
+    objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "train"}})
+    objects.append(_RP_BUDGET)
+    cluster = make_cluster(objects)
+    if cluster.is_sandbox:
+        cluster.create(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": _TRAINER_RS["name"],
+                    "namespace": "train",
+                    "uid": _TRAINER_RS["uid"],
+                    "labels": TRAINER_LABELS,
+                },
+                "spec": {
+                    "replicas": 4,
+                    "selector": {"matchLabels": TRAINER_LABELS},
+                    "template": _TRAINER_DEPLOYMENT["spec"]["template"],  # type: ignore[index]
+                },
+            }
+        )
+        for index, node in enumerate(RP):
+            pod = _trainer_pod(f"trainer-5f8b9c7d4-{index}", node, _TRAINER_RS)
+            pod["status"] = {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+            }
+            cluster.create(pod)
+    else:
+        status, body = cluster.raw(
+            "POST", "/apis/apps/v1/namespaces/train/deployments", _TRAINER_DEPLOYMENT
+        )
+        assert status == 201, body
+
+    def settled() -> bool:
+        trainers = _trainers(cluster)
+        on = {(p.get("spec") or {}).get("nodeName") for p in trainers if _ready(p)}
+        _, budget = cluster.raw(
+            "GET", "/apis/policy/v1/namespaces/train/poddisruptionbudgets/trainer-pdb"
+        )
+        allowed = (budget.get("status") or {}).get("disruptionsAllowed")
+        return len(trainers) == 4 and on == set(RP) and allowed == 1
+
+    wait_for(settled, what="a Ready trainer on every node and the budget to allow 1")
+    return cluster
+
+
+def test_a_pool_rollout_waits_for_each_replacement_pod_before_the_next_drain(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _rp_pool(make_cluster)
+    with contextlib.ExitStack() as stack:
+        if cluster.is_sandbox:
+            stack.enter_context(_ReplicaSetStandIn(cluster))
+        result = run_cli(
+            "upgrade",
+            "--selector",
+            "pool=rp",
+            "--driver",
+            TARGET,
+            "--max-parallel",
+            "1",
+            "--timeout",
+            "60s",
+            cwd=work,
+            kubeconfig=cluster.kubeconfig,
+        )
+        wait_for(
+            lambda: {p["spec"].get("nodeName") for p in _trainers(cluster) if _ready(p)} == set(RP),
+            what="a Ready trainer on every node again",
+        )
+    assert result.code == 0, result.stderr
+    assert result.lines[:4] == [f"batch {i + 1}: rp-{i}" for i in range(4)]
+    assert [line for line in result.lines if line.endswith("upgrade-done")] == [
+        f"{node} upgrade-done" for node in RP
+    ]
+    # each drain after the first met the budget spent on the previous node's replacement
+    assert (
+        "waiting: PodDisruptionBudget train/trainer-pdb allows no disruption yet "
+        "(3 healthy, 4 desired)"
+    ) in result.stderr
+    for node in RP:
+        found = cluster.node(node)
+        assert found["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
+        assert found["metadata"]["labels"]["nvidia.com/cuda.driver.major"] == "550"
+        assert not found["spec"].get("unschedulable")
+
+
+def test_a_batch_whose_budget_does_not_recover_in_time_fails_without_being_cordoned(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    cluster = _rp_pool(make_cluster)
+    if not cluster.is_sandbox:
+        pytest.skip("the real ReplicaSet controller replaces the evicted trainer")
+    untouched = {n: cluster.node(n)["metadata"]["labels"] for n in ("rp-2", "rp-3")}
+    started = time.monotonic()
+    result = run_cli(
+        "upgrade",
+        "--selector",
+        "pool=rp",
+        "--driver",
+        TARGET,
+        "--timeout",
+        "3s",
+        cwd=work,
+        kubeconfig=cluster.kubeconfig,
+    )
+    assert result.code == 2
+    assert time.monotonic() - started < 30
+    assert "rp-0 upgrade-done" in result.lines
+    assert result.lines[-1] == "rp-1 upgrade-failed"
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert error == (
+        "error: rollout stopped: rp-1 failed: timed out after 3s waiting for the budgets to "
+        "allow the drain of batch 2 (rp-1): PodDisruptionBudget train/trainer-pdb allows no "
+        "disruption yet (3 healthy, 4 desired); rp-1 is labelled upgrade-failed, neither "
+        "cordoned nor drained by this run: let the budget recover (or change it), then rerun; "
+        "done: rp-0; not started: rp-2, rp-3; rerun the same command to resume"
+    )
+    failed = cluster.node("rp-1")
+    assert failed["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-failed"
+    assert not failed["spec"].get("unschedulable")
+    assert [p["metadata"]["name"] for p in _trainers(cluster) if p["spec"]["nodeName"] == "rp-1"]
+    assert {n: cluster.node(n)["metadata"]["labels"] for n in ("rp-2", "rp-3")} == untouched

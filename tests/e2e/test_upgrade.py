@@ -57,13 +57,20 @@ def _add_row(work: Path) -> None:
 
 
 def _min_available(cluster: TestCluster, value: int) -> None:
+    """Change the budget, then wait for the disruption controller to recompute its status
+    (at once on the sandbox, a moment later on a real cluster)."""
+    path = "/apis/policy/v1/namespaces/gpu-drv/poddisruptionbudgets/trainer-pdb"
     status, body = cluster.raw(
-        "PATCH",
-        "/apis/policy/v1/namespaces/gpu-drv/poddisruptionbudgets/trainer-pdb",
-        {"spec": {"minAvailable": value}},
-        "application/merge-patch+json",
+        "PATCH", path, {"spec": {"minAvailable": value}}, "application/merge-patch+json"
     )
     assert status == 200, body
+    generation = body["metadata"]["generation"]
+
+    def observed() -> bool:
+        current = cluster.raw("GET", path)[1]
+        return bool((current.get("status") or {}).get("observedGeneration", 0) >= generation)
+
+    wait_for(observed, what="the budget's status after the change")
 
 
 def _upgrade(cluster: TestCluster, work: Path, *extra: str) -> tuple[int, list[str], str]:
@@ -187,6 +194,9 @@ def test_a_budget_that_blocks_after_preflight_times_out_leaving_the_node_cordone
     assert code == 2
     assert time.monotonic() - started < 30
     assert lines[-1] == f"lab-node-1 {STATE} upgrade-failed"
+    # the refusal is said while it is retried, once
+    waiting = "note: waiting: evicting Pod/gpu-drv/trainer-7d9c5b8f6d-m4w7z: Cannot evict pod"
+    assert err.count(waiting) == 1
     assert (
         "timed out after 1s evicting Pod/gpu-drv/trainer-7d9c5b8f6d-m4w7z: Cannot evict pod as it would violate "
         "the pod's disruption budget. (The disruption budget trainer-pdb needs 4 healthy pods and has 4 currently)"

@@ -7,8 +7,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -445,3 +447,60 @@ def test_an_upgraded_node_is_not_upgraded_twice(cluster: TestCluster, work: Path
     assert (code, lines) == (0, [])
     assert "lab-node-1 is already on driver 550.90.07" in err
     assert cluster.resource_versions() == versions
+
+
+def _ready(cluster: TestCluster, pod: dict[str, Any], ready: bool) -> None:
+    path = f"/api/v1/namespaces/gpu-drv/pods/{pod['metadata']['name']}/status"
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    status, body = cluster.raw(
+        "PATCH", path, {"status": {"conditions": conditions}}, "application/merge-patch+json"
+    )
+    assert status == 200, body
+
+
+def test_a_budget_short_only_while_a_pod_starts_is_waited_for_not_refused(
+    cluster: TestCluster, work: Path
+) -> None:
+    """minAvailable 3 of 4 allows one eviction once every pod is healthy: while one is not
+    (a replacement starting), the upgrade waits in its drain, as kubectl drain does,
+    instead of refusing in its preflight. On a real cluster a kubelet may make the pod
+    Ready again before the upgrade looks: the run must then simply succeed."""
+    _add_row(work)
+    _min_available(cluster, 3)
+    pods = cluster.raw("GET", "/api/v1/namespaces/gpu-drv/pods")[1]["items"]
+    [starting, *_] = [
+        p
+        for p in pods
+        if p["metadata"]["name"].startswith("trainer-")
+        and p["spec"].get("nodeName") not in (None, "lab-node-1")
+    ]
+    _ready(cluster, starting, False)
+    result: list[tuple[int, list[str], str]] = []
+
+    def upgrade() -> None:  # a process of its own: it installs its signal handlers
+        done = run_cli(
+            *("upgrade", "lab-node-1", "--driver", "550.90.07", "--timeout", "60s"),
+            cwd=work,
+            kubeconfig=cluster.kubeconfig,
+            process=True,
+        )
+        result.append((done.code, done.lines, done.stderr))
+
+    runner = threading.Thread(target=upgrade)
+    runner.start()
+    if cluster.sandbox is not None:
+        wait_for(
+            lambda: (
+                not runner.is_alive()
+                or cluster.node("lab-node-1")["metadata"]["labels"].get(STATE) == "drain-required"
+            ),
+            what="the drain to start and wait for the budget",
+        )
+        assert runner.is_alive(), result
+    _ready(cluster, starting, True)
+    runner.join(timeout=90)
+
+    [(code, lines, err)] = result
+    assert code == 0, err
+    assert lines == THE_STEPS
+    assert "blocks the drain" not in err

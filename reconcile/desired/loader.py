@@ -53,7 +53,7 @@ from reconcile.desired.models import (
     taint_facts,
 )
 from reconcile.diagnostics import Diagnostic, Source
-from reconcile.kube import labels
+from reconcile.kube import labels, sensitive
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.kinds import BUILTIN_NAMESPACED, ObjectId
 from reconcile.kube.selector import SelectorError, from_label_selector
@@ -116,10 +116,13 @@ class _Composer:
         self.file = file
         self.problems: list[Diagnostic] = []
         self._scalars = yaml.SafeLoader("")
+        # The document being composed is a Secret: its values are never quoted.
+        self._secret = False
 
     def document(self, root: Node) -> YamlDocument:
         start = (root.start_mark.line + 1, root.start_mark.column + 1)
         doc = YamlDocument(data=None, file=self.file, start=start)
+        self._secret = _is_secret(root)
         doc.data = self._value(root, (), doc, set())
         return doc
 
@@ -211,9 +214,14 @@ class _Composer:
             except (yaml.YAMLError, ValueError, LookupError, AttributeError, TypeError):
                 # An explicit tag on text it cannot hold (`!!int abc`, `!!bool x`), or an
                 # integer too long for Python to convert.
+                shown = (
+                    "the value"  # a Secret's value is never quoted, in any message
+                    if self._secret and sensitive.is_sensitive_path(path)
+                    else _shown(str(node.value))
+                )
                 self.problems.append(
                     diag.error(
-                        f"YAML cannot read {_shown(str(node.value))} as "
+                        f"YAML cannot read {shown} as "
                         f"{_SCALAR_TAG_NAMES[node.tag]} ({_short_tag(node.tag)})",
                         self._where(node),
                         "quote it to keep it as text; an explicit tag must fit its value",
@@ -231,6 +239,20 @@ class _Composer:
             )
         )
         return None
+
+
+def _is_secret(root: Node) -> bool:
+    """Whether a document declares a Secret (whatever its apiVersion says: a typo there
+    does not make its values any less secret), read from its nodes before composing it."""
+    if not isinstance(root, MappingNode):
+        return False
+    return any(
+        isinstance(key, ScalarNode)
+        and key.value == "kind"
+        and isinstance(value, ScalarNode)
+        and value.value == "Secret"
+        for key, value in root.value
+    )
 
 
 def _shown(text: str, limit: int = 64) -> str:

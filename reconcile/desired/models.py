@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from reconcile.desired.reserved import RECONCILE_ANNOTATIONS
 from reconcile.diagnostics import Source, nearest
 from reconcile.kube import labels
 from reconcile.kube.kinds import ObjectId
@@ -125,7 +126,17 @@ class ObjectMeta(_Strict):
 
 
 def _check_annotation_key(key: str) -> str:
-    return _qualified(key, "annotation")
+    _qualified(key, "annotation")
+    reason = RECONCILE_ANNOTATIONS.get(key)
+    if reason is not None:
+        # With a value or with null alike: apply would rewrite it (and never converge),
+        # or delete the inventory that --prune relies on.
+        raise PydanticCustomError(
+            "annotation_key_owned",
+            "annotation key {key} may not be declared: {reason}",
+            {"key": labels.go_quote(key), "reason": reason},
+        )
+    return key
 
 
 AnnotationKey = Annotated[str, AfterValidator(_check_annotation_key), WithJsonSchema(_KEY_SCHEMA)]
@@ -176,6 +187,19 @@ class Taint(_Strict):
     absent: bool = Field(
         default=False, description="The node must not carry a taint with this key and effect."
     )
+
+    @field_validator("key")
+    @classmethod
+    def _not_a_controllers(cls, key: str) -> str:
+        reason = labels.controller_owned_taint(key)
+        if reason is not None:
+            # Present or absent alike: the controller puts it back or takes it away.
+            raise PydanticCustomError(
+                "taint_key_owned",
+                "taint key {key} may not be declared: {reason}",
+                {"key": labels.go_quote(key), "reason": reason},
+            )
+        return key
 
     @property
     def identity(self) -> str:

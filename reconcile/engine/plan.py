@@ -28,13 +28,13 @@ from pydantic import (
 )
 
 from reconcile.desired.models import DesiredNode, DesiredState, json_schemas
+from reconcile.desired.reserved import LABEL_INVENTORY
 from reconcile.diagnostics import EmptyPrune, ReconcileError, Severity
 from reconcile.engine.checks import NO_POLICY, Finding, NodePolicy, overlay, projected_labels
 from reconcile.engine.diff import FieldChange, LabelChange, NodeChange, fact_drift
 from reconcile.engine.facts import (
     BY_FACT,
     INVENTORIES,
-    LABEL_INVENTORY,
     RULES,
     Fact,
     parse_shown_key,

@@ -54,6 +54,11 @@ def _replace(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def _append(path: Path, text: str) -> None:
+    with path.open("a") as file:
+        file.write(text)
+
+
 def _secret_file(tmp_path: Path) -> Path:
     """Stands in for ~/.kube/config: what a link in a pull request would point at."""
     path = tmp_path / "home" / "config"
@@ -114,6 +119,23 @@ DESIRED_CORPUS: dict[str, tuple[Callable[[Path, Path], object], str]] = {
         ),
         'desired/nodes/lab-node-1.yaml:19:3: label key "kubernetes.io/os" may not be declared: '
         "the kubelet (or cloud provider) rewrites it on every node; changing it breaks scheduling",
+    ),
+    "declaring reconcile's own inventory annotation": (
+        lambda d, t: _append(
+            d / "nodes" / "lab-node-1.yaml",
+            'annotations:\n  reconcile.dev/managed-labels: "nvidia.com/gpu.count"\n',
+        ),
+        'desired/nodes/lab-node-1.yaml:24:3: annotation key "reconcile.dev/managed-labels" '
+        "may not be declared: reconcile writes it on every apply",
+    ),
+    "cordoning with a taint": (
+        lambda d, t: _append(
+            d / "nodes" / "lab-node-1.yaml",
+            "taints:\n- {key: node.kubernetes.io/unschedulable, effect: NoSchedule}\n",
+        ),
+        'desired/nodes/lab-node-1.yaml:24:9: taints.0.key: taint key "node.kubernetes.io/'
+        'unschedulable" may not be declared: the node lifecycle controller mirrors '
+        "spec.unschedulable into it: cordon a node with `kubectl cordon`",
     ),
     "600 levels of flow nesting": (
         lambda d, t: (d / "workloads" / "deep.yaml").write_text("a: " + "[" * 600 + "]" * 600),

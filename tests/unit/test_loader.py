@@ -565,6 +565,102 @@ def test_kubelet_owned_labels_are_refused_in_env_files_and_node_manifests(tree: 
     ]
 
 
+RECONCILE_ANNOTATIONS = [
+    "reconcile.dev/managed-labels",
+    "reconcile.dev/managed-annotations",
+    "reconcile.dev/managed-taints",
+    "reconcile.dev/upgrade-target",
+    "reconcile.dev/upgrade-was-cordoned",
+]
+CONTROLLER_TAINTS = [
+    "node.kubernetes.io/unschedulable",
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/memory-pressure",
+    "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/pid-pressure",
+    "node.kubernetes.io/network-unavailable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    "node.cloudprovider.kubernetes.io/shutdown",
+]
+GROUP = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: NodeGroup
+metadata:
+  name: pool
+selector:
+  matchLabels: {{pool: a}}
+{facts}"""
+
+
+@pytest.mark.parametrize("kind", ["nodes", "groups"])
+@pytest.mark.parametrize("key", RECONCILE_ANNOTATIONS)
+@pytest.mark.parametrize("value", ['"x"', "null"])
+def test_annotations_reconcile_writes_itself_may_not_be_declared(
+    tree: Path, kind: str, key: str, value: str
+) -> None:
+    facts = f"annotations:\n  example.com/owner: ml\n  {key}: {value}\n"
+    if kind == "nodes":
+        write(tree / "nodes" / "n1.yaml", NODE.format(name="n1", labels='  a.io/x: "1"\n') + facts)
+        where = "desired/nodes/n1.yaml:9:3"
+    else:
+        write(tree / "groups" / "pool.yaml", GROUP.format(facts=facts))
+        where = "desired/groups/pool.yaml:9:3"
+
+    message = only_error(tree)
+
+    assert message.startswith(f'{where}: annotation key "{key}" may not be declared: ')
+    instead = "run `reconcile upgrade` instead" if "upgrade" in key else "declare the facts"
+    assert instead in message
+
+
+@pytest.mark.parametrize("kind", ["nodes", "groups"])
+@pytest.mark.parametrize("key", CONTROLLER_TAINTS)
+@pytest.mark.parametrize("absent", [False, True])
+def test_taints_kubernetes_controllers_own_may_not_be_declared(
+    tree: Path, kind: str, key: str, absent: bool
+) -> None:
+    taint = f"{{key: {key}, effect: NoSchedule{', absent: true' if absent else ''}}}"
+    facts = f"taints:\n- {{key: example.com/gpu, effect: NoSchedule}}\n- {taint}\n"
+    if kind == "nodes":
+        write(tree / "nodes" / "n1.yaml", NODE.format(name="n1", labels='  a.io/x: "1"\n') + facts)
+        where = "desired/nodes/n1.yaml:9:9"
+    else:
+        write(tree / "groups" / "pool.yaml", GROUP.format(facts=facts))
+        where = "desired/groups/pool.yaml:9:9"
+
+    message = only_error(tree)
+
+    assert message.startswith(f'{where}: taints.1.key: taint key "{key}" may not be declared: ')
+    assert "kubectl cordon" in message
+
+
+def test_taints_an_administrator_sets_stay_allowed(tree: Path) -> None:
+    write(
+        tree / "nodes" / "n1.yaml",
+        NODE.format(name="n1", labels='  a.io/x: "1"\n')
+        + "taints:\n- {key: node.kubernetes.io/out-of-service, effect: NoExecute}\n"
+        + "- {key: nvidia.com/gpu, effect: NoSchedule}\n",
+    )
+
+    state, problems = load_desired(tree)
+
+    assert problems == []
+    assert set(state.nodes["n1"].taints) == {
+        "node.kubernetes.io/out-of-service:NoExecute",
+        "nvidia.com/gpu:NoSchedule",
+    }
+
+
+def test_the_reserved_annotations_are_the_ones_reconcile_writes() -> None:
+    from reconcile.desired.reserved import RECONCILE_ANNOTATIONS as RESERVED
+    from reconcile.engine.facts import INVENTORIES
+    from reconcile.gpu.upgrade import CORDONED_ANNOTATION, TARGET_ANNOTATION
+
+    assert set(RESERVED) == {*INVENTORIES, TARGET_ANNOTATION, CORDONED_ANNOTATION}
+    assert sorted(RESERVED) == sorted(RECONCILE_ANNOTATIONS)
+
+
 def test_node_role_labels_stay_allowed(tree: Path) -> None:
     node_file(tree, "n1", 'node-role.kubernetes.io/gpu: ""\nnode-role.kubernetes.io/worker: null\n')
 

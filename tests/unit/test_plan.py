@@ -112,6 +112,27 @@ def test_prune_never_removes_a_label_the_kubelet_owns_whatever_the_inventory_say
     assert plan.inventory == ("a.io/x",)
 
 
+def test_prune_never_removes_a_controllers_taint_or_a_rollouts_mark() -> None:
+    node = LiveNode(
+        name="n1",
+        resource_version="1",
+        labels={"a.io/x": "0"},
+        annotations={
+            INVENTORY_ANNOTATION: "a.io/x",
+            "reconcile.dev/managed-taints": "node.kubernetes.io/unschedulable:NoSchedule",
+            "reconcile.dev/managed-annotations": "reconcile.dev/upgrade-target",
+            "reconcile.dev/upgrade-target": "550.90.07",
+        },
+        taints=({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},),
+    )
+    state = desired(n1={"a.io/x": "1"})
+
+    assert build_plan(state, [node]).prunable == ()
+    [plan] = build_plan(state, [node], prune=True).nodes
+    assert [(c.key, c.action) for c in plan.changes] == [("a.io/x", Action.UPDATE)]
+    assert plan.inventory == ("a.io/x",)
+
+
 def test_without_prune_the_inventory_keeps_undeclared_keys_for_later() -> None:
     node = live("n1", {"a.io/x": "0", "a.io/old": "1"}, **{INVENTORY_ANNOTATION: "a.io/old,a.io/x"})
     [plan] = build_plan(desired(n1={"a.io/x": "1"}), [node]).nodes

@@ -17,6 +17,7 @@ Layout:
 
 from __future__ import annotations
 
+import bisect
 import csv
 import hashlib
 import io
@@ -109,28 +110,56 @@ class YamlDocument:
 _COMPOSER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# Line breaks to YAML 1.1 (libyaml counts lines by them) that editors show inside a line.
+_YAML_ONLY_BREAKS: Final = ("\x85", "\u2028", "\u2029")
+_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+class Lines:
+    """A text's (line, column) as an editor counts them, from libyaml's marks: libyaml's
+    own line and column, unless the text holds a line break only YAML sees (U+2028,
+    U+2029, U+0085), after which they would be off; then from the mark's index."""
+
+    def __init__(self, text: str) -> None:
+        self._starts: list[int] | None = None
+        if any(c in text for c in _YAML_ONLY_BREAKS):
+            self._starts = [0, *(m.end() for m in _BREAK.finditer(text))]
+
+    def at(self, mark: yaml.Mark) -> tuple[int, int]:
+        if self._starts is None:
+            return mark.line + 1, mark.column + 1
+        line = bisect.bisect_right(self._starts, mark.index)
+        return line, mark.index - self._starts[line - 1] + 1
+
+
+def position(text: str, index: int) -> tuple[int, int]:
+    """The (line, column) of the character at `index`, as an editor counts them."""
+    starts = [0, *(m.end() for m in _BREAK.finditer(text, 0, index))]
+    return len(starts), index - starts[-1] + 1
+
+
 class _Composer:
     """Builds plain data from composed YAML nodes, collecting problems instead of raising."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, lines: Lines) -> None:
         self.file = file
         self.problems: list[Diagnostic] = []
         self._scalars = yaml.SafeLoader("")
+        self._lines = lines
         # The document being composed is a Secret: its values are never quoted.
         self._secret = False
 
     def document(self, root: Node) -> YamlDocument:
-        start = (root.start_mark.line + 1, root.start_mark.column + 1)
-        doc = YamlDocument(data=None, file=self.file, start=start)
+        doc = YamlDocument(data=None, file=self.file, start=self._lines.at(root.start_mark))
         self._secret = _is_secret(root)
         doc.data = self._value(root, (), doc, set())
         return doc
 
     def _where(self, node: Node) -> Source:
-        return Source(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+        return Source(self.file, *self._lines.at(node.start_mark))
 
     def _value(self, node: Node, path: PathT, doc: YamlDocument, seen: set[int]) -> Any:
-        doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        doc.values[path] = self._lines.at(node.start_mark)
         if len(path) > MAX_DEPTH:
             self.problems.append(
                 diag.error(
@@ -186,7 +215,7 @@ class _Composer:
                 )
                 continue
             key = str(key_node.value)
-            line = key_node.start_mark.line + 1
+            line, column = self._lines.at(key_node.start_mark)
             if key in first_seen:
                 self.problems.append(
                     diag.error(
@@ -198,7 +227,7 @@ class _Composer:
                 continue
             first_seen[key] = line
             child = (*path, key)
-            doc.keys[child] = (line, key_node.start_mark.column + 1)
+            doc.keys[child] = (line, column)
             result[key] = self._value(value_node, child, doc, seen)
         return result
 
@@ -266,9 +295,15 @@ def _short_tag(tag: str) -> str:
     return "!!" + tag[len(prefix) :] if tag.startswith(prefix) else tag
 
 
+# What YAML 1.1 refuses in a stream: characters outside its printable set (tab, LF, CR
+# and NEL aside), such as NUL, the other C0 controls, DEL and C1 controls.
+_NOT_YAML = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 def parse_yaml(text: str, file: str) -> tuple[list[YamlDocument], list[Diagnostic]]:
     """Every non-empty document of a YAML stream, or the syntax error that stops it."""
-    composer = _Composer(file)
+    lines = Lines(text)
+    composer = _Composer(file, lines)
     documents: list[YamlDocument] = []
     try:
         for root in yaml.compose_all(text, Loader=_COMPOSER):
@@ -277,12 +312,40 @@ def parse_yaml(text: str, file: str) -> tuple[list[YamlDocument], list[Diagnosti
             documents.append(composer.document(root))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        where = Source(file, mark.line + 1, mark.column + 1) if mark else Source(file)
+        where = Source(file, *lines.at(mark)) if mark else Source(file)
         problem = " ".join(p for p in (e.context, e.problem) if p)
         composer.problems.append(diag.error("malformed YAML", where, problem or str(e)))
+    except yaml.reader.ReaderError as e:
+        # libyaml names a byte offset; the character itself is found here, where an
+        # editor shows it.
+        bad = _NOT_YAML.search(text)
+        if bad is None:
+            composer.problems.append(diag.error("malformed YAML", Source(file), e.reason))
+        else:
+            composer.problems.append(
+                diag.error(
+                    f"character U+{ord(bad.group()):04X} is not allowed in YAML",
+                    Source(file, *position(text, bad.start())),
+                    "YAML refuses control characters (NUL, DEL, ...) anywhere in a file, "
+                    "quoted or not: remove it",
+                )
+            )
     except yaml.YAMLError as e:
         composer.problems.append(diag.error("malformed YAML", Source(file), str(e)))
     return documents, composer.problems
+
+
+def not_utf8(data: bytes, error: UnicodeDecodeError, file: str) -> Diagnostic:
+    """A file that is not UTF-8, at the first byte that is not (never quoting bytes: the
+    file may hold a Secret)."""
+    start = error.start
+    line_start = data.rfind(b"\n", 0, start) + 1
+    column = len(data[line_start:start].decode("utf-8", "replace")) + 1
+    return diag.error(
+        "file is not UTF-8 text",
+        Source(file, data.count(b"\n", 0, start) + 1, column),
+        f"the byte here is not UTF-8 ({error.reason}): save the file as UTF-8",
+    )
 
 
 # --- pydantic errors -> diagnostics --------------------------------------------------------
@@ -509,9 +572,7 @@ class _Loader:
             self._refuse(path, str(e))
             return None
         except UnicodeDecodeError as e:
-            self.problems.append(
-                diag.error("file is not UTF-8 text", Source(self.name(path)), str(e))
-            )
+            self.problems.append(not_utf8(data, e, self.name(path)))
             return None
         except OSError as e:
             self.problems.append(

@@ -137,6 +137,26 @@ DESIRED_CORPUS: dict[str, tuple[Callable[[Path, Path], object], str]] = {
         'unschedulable" may not be declared: the node lifecycle controller mirrors '
         "spec.unschedulable into it: cordon a node with `kubectl cordon`",
     ),
+    "a NUL byte": (
+        lambda d, t: _replace(
+            d / "nodes" / "lab-node-1.yaml", 'gpu.count: "2"', 'gpu.count: "2\x00"'
+        ),
+        "desired/nodes/lab-node-1.yaml:18:27: character U+0000 is not allowed in YAML",
+    ),
+    "not UTF-8": (
+        lambda d, t: (d / "nodes" / "lab-node-1.yaml").write_bytes(
+            (d / "nodes" / "lab-node-1.yaml").read_bytes().replace(b'count: "2"', b'count: "\xe92"')
+        ),
+        "desired/nodes/lab-node-1.yaml:18:26: file is not UTF-8 text",
+    ),
+    "a comment holding U+2028": (
+        lambda d, t: _replace(
+            d / "nodes" / "lab-node-1.yaml",
+            'gpu.count: "2"',
+            'gpu.count: "2"\n  # lab note\u2028 rev: [06',
+        ),
+        "desired/nodes/lab-node-1.yaml:19:15: malformed YAML",
+    ),
     "600 levels of flow nesting": (
         lambda d, t: (d / "workloads" / "deep.yaml").write_text("a: " + "[" * 600 + "]" * 600),
         "desired/workloads/deep.yaml:1:104: nested deeper than 100 levels",

@@ -445,7 +445,64 @@ def test_matrix_yaml_duplicate_across_files(tree: Path) -> None:
 def test_file_that_is_not_utf8(tree: Path) -> None:
     (tree / "nodes" / "n1.yaml").write_bytes(b"labels: {a: \xff}\n")
 
-    assert only_error(tree).startswith("desired/nodes/n1.yaml: file is not UTF-8 text")
+    assert only_error(tree).startswith("desired/nodes/n1.yaml:1:13: file is not UTF-8 text")
+
+
+@pytest.mark.parametrize(
+    ("area", "content", "where"),
+    [
+        ("nodes/n1.yaml", NODE.format(name="n1", labels="  a.io/x: caf\xc3\xa9\xff\n"), "6:15"),
+        ("nodes/n1.env", "a.io/x=1\r\n\xff=1\r\n", "2:1"),
+        ("drivers/m.csv", "driver_branch,kernel,os_tag\n550,k\x80,ubuntu22.04\n", "2:6"),
+        ("workloads/w.json", '{"a": "\xc3\xa9\xc3\xa9\xfe"}', "1:10"),
+    ],
+)
+def test_a_file_that_is_not_utf8_is_refused_at_its_first_bad_byte(
+    tree: Path, area: str, content: str, where: str
+) -> None:
+    path = tree / area
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content.encode("latin-1"))
+
+    assert only_error(tree) == (
+        f"desired/{area}:{where}: file is not UTF-8 text: the byte here is not UTF-8 "
+        "(invalid start byte): save the file as UTF-8"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "code"),
+    [
+        ('a.io/x: "1"\n# a NUL: \x00\n', "7:12", "0000"),
+        ('a.io/x: "1\x7f"\n', "6:13", "007F"),
+        ('a.io/x: "é"\na.io/y: "\x1b"\n', "7:12", "001B"),
+    ],
+)
+def test_a_control_character_is_refused_where_it_is(
+    tree: Path, text: str, where: str, code: str
+) -> None:
+    node_file(tree, "n1", text)
+
+    assert only_error(tree) == (
+        f"desired/nodes/n1.yaml:{where}: character U+{code} is not allowed in YAML: YAML "
+        "refuses control characters (NUL, DEL, ...) anywhere in a file, quoted or not: remove it"
+    )
+
+
+@pytest.mark.parametrize("break_", ["\u2028", "\u2029", "\x85"])
+def test_positions_count_lines_as_an_editor_does(tree: Path, break_: str) -> None:
+    """YAML reads U+2028, U+2029 and U+0085 as line breaks; an editor shows them inside
+    a line, and that is where a message must point."""
+    node_file(tree, "n1", f'# a note{break_}# more\na.io/x: "1"\na.io/y: 4\n')
+    node_file(tree, "n2", f'a.io/x: "1" # a note{break_}  a.io/x: "2"\n')
+
+    found = errors(tree)
+    assert found[0] == (
+        "desired/nodes/n1.yaml:8:11: labels.a.io/y: must be a string, but YAML reads 4 as "
+        'an integer (4): quote it to keep it exactly as written: "4"'
+    )
+    assert found[1].startswith("desired/nodes/n2.yaml:6:2")  # past the break, on its line
+    assert len(found) == 2
 
 
 def test_missing_desired_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -700,3 +757,16 @@ def test_one_object_in_two_versions_of_its_group_is_declared_twice(tree: Path) -
         GATEWAYS.replace("gateway.networking.k8s.io/v1", "networking.istio.io/v1beta1"),
     )
     assert "Gateway/default/edge is declared twice" in only_error(tree)
+
+
+def test_a_fleet_file_that_is_not_utf8_is_refused_at_its_first_bad_byte(tree: Path) -> None:
+    from reconcile.desired import fleet
+
+    (tree / "clusters.yaml").write_bytes(b"kind: Fleet\nmetadata:\n  name: f\xe9\n")
+
+    _, _, problems = fleet.load(tree)
+
+    assert [str(p) for p in problems] == [
+        "desired/clusters.yaml:3:10: file is not UTF-8 text: the byte here is not UTF-8 "
+        "(invalid continuation byte): save the file as UTF-8"
+    ]

@@ -205,7 +205,11 @@ class _Composer:
                 )
                 continue
             if not isinstance(key_node, ScalarNode) or key_node.tag not in (_STR,):
-                shown = key_node.value if isinstance(key_node, ScalarNode) else "a collection"
+                shown = (
+                    labels.shown(str(key_node.value), labels.SHOWN_NAME, quote=False)
+                    if isinstance(key_node, ScalarNode)
+                    else "a collection"
+                )
                 self.problems.append(
                     diag.error(
                         f"mapping keys must be strings, not {shown}",
@@ -219,7 +223,7 @@ class _Composer:
             if key in first_seen:
                 self.problems.append(
                     diag.error(
-                        f"duplicate key {labels.go_quote(key)}",
+                        f"duplicate key {labels.shown(key, labels.SHOWN_NAME)}",
                         self._where(key_node),
                         f"first defined on line {first_seen[key]}; a key may appear once",
                     )
@@ -284,9 +288,9 @@ def _is_secret(root: Node) -> bool:
     )
 
 
-def _shown(text: str, limit: int = 64) -> str:
+def _shown(text: str) -> str:
     """A scalar quoted for a message, cut when long (a 5,000-digit number, say)."""
-    return labels.go_quote(text if len(text) <= limit else text[:limit] + "...")
+    return labels.shown(text)
 
 
 def _short_tag(tag: str) -> str:
@@ -361,7 +365,7 @@ def model_problems(
         if loc and loc[-1] == "[key]":
             found.append(diag.error(item["msg"], doc.at(loc[:-1], key=True)))
             continue
-        shown = ".".join(str(p) for p in loc)
+        shown = labels.shown(".".join(str(p) for p in loc), labels.SHOWN_NAME, quote=False)
         if kind == "extra_forbidden":
             allowed = ", ".join(_fields_at(model, loc[:-1]))
             found.append(
@@ -376,12 +380,13 @@ def model_problems(
             found.append(diag.error(f"{shown} must be {expected}", doc.at(loc)))
         elif kind == "string_type" and loc in doc.scalars:
             tag, text = doc.scalars[loc]
+            written = labels.shown(text, quote=False)
             found.append(
                 diag.error(
-                    f"{shown}: must be a string, but YAML reads {text} as "
-                    f"{_SCALAR_TAG_NAMES[tag]} ({item['input']!r})",
+                    f"{shown}: must be a string, but YAML reads {written} as "
+                    f"{_SCALAR_TAG_NAMES[tag]} ({labels.shown(repr(item['input']), quote=False)})",
                     doc.at(loc),
-                    f'quote it to keep it exactly as written: "{text}"',
+                    f'quote it to keep it exactly as written: "{written}"',
                 )
             )
         elif kind.startswith(("label_", "object_name")):
@@ -648,7 +653,7 @@ class _Loader:
                 elif kind in KINDS:
                     summary = f"kind {kind} does not belong in desired/{area}/"
                 else:
-                    summary = f"unknown kind {labels.go_quote(str(kind))}"
+                    summary = f"unknown kind {labels.shown(str(kind), labels.SHOWN_NAME)}"
                 self.problems.append(
                     diag.error(
                         summary,
@@ -780,7 +785,7 @@ class _Loader:
             if key in lines:
                 self.problems.append(
                     diag.error(
-                        f"duplicate key {labels.go_quote(key)}",
+                        f"duplicate key {labels.shown(key, labels.SHOWN_NAME)}",
                         Source(file, number, 1),
                         f"first defined on line {lines[key]}; a key may appear once",
                     )
@@ -849,7 +854,8 @@ class _Loader:
         if tuple(h.strip() for h in header) != CSV_HEADER:
             self.problems.append(
                 diag.error(
-                    f"bad CSV header {','.join(header)!r}",
+                    f"bad CSV header "
+                    f"{labels.shown(','.join(header), labels.SHOWN_NAME, quote=False)!r}",
                     Source(file, 1, 1),
                     f"the first line must be exactly {','.join(CSV_HEADER)}",
                 )
@@ -979,7 +985,9 @@ class _Loader:
                 continue  # reported above, with the table's knowledge
             found.append(
                 diag.error(
-                    f'{manifest.kind} "{manifest.name}" is invalid: {problem}',
+                    f"{labels.shown(manifest.kind, labels.SHOWN_NAME, quote=False)} "
+                    f"{labels.shown(manifest.name, labels.SHOWN_NAME)} is invalid: "
+                    + problem.shown(labels.SHOWN_NAME),
                     doc.at(field_path(problem.field)),
                 )
             )

@@ -44,6 +44,11 @@ TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _BRANCH = re.compile(r"[0-9]+")
 
 
+def _name(text: str) -> str:
+    """A key or name for a message: whole when it could be valid, cut when it is huge."""
+    return labels.shown(text, labels.SHOWN_NAME)
+
+
 def _qualified(key: str, what: str) -> str:
     """A label or annotation key as the API server checks it (a qualified name)."""
     problems = labels.is_qualified_name(key)
@@ -51,7 +56,7 @@ def _qualified(key: str, what: str) -> str:
         raise PydanticCustomError(
             "qualified_name",
             "invalid {what} key {key}: {problems}",
-            {"what": what, "key": labels.go_quote(key), "problems": "; ".join(problems)},
+            {"what": what, "key": _name(key), "problems": "; ".join(problems)},
         )
     return key
 
@@ -64,7 +69,7 @@ def _check_label_key(key: str) -> str:
         raise PydanticCustomError(
             "label_key_owned",
             "label key {key} may not be declared: {reason}",
-            {"key": labels.go_quote(key), "reason": labels.KUBELET_OWNED_REASON},
+            {"key": _name(key), "reason": labels.KUBELET_OWNED_REASON},
         )
     return key
 
@@ -81,7 +86,7 @@ def _check_label_value(value: str) -> str:
         raise PydanticCustomError(
             "label_value",
             "invalid label value {value}: {problems}{hint}",
-            {"value": labels.go_quote(value), "problems": "; ".join(problems), "hint": hint},
+            {"value": labels.shown(value), "problems": "; ".join(problems), "hint": hint},
         )
     return value
 
@@ -92,7 +97,7 @@ def _check_object_name(name: str) -> str:
         raise PydanticCustomError(
             "object_name",
             "invalid name {name}: {problems}",
-            {"name": labels.go_quote(name), "problems": "; ".join(problems)},
+            {"name": _name(name), "problems": "; ".join(problems)},
         )
     return name
 
@@ -163,7 +168,7 @@ def _check_taint_effect(effect: str) -> str:
         raise PydanticCustomError(
             "taint_effect",
             "Unsupported value: {value}: supported values: {supported}",
-            {"value": labels.go_quote(effect), "supported": supported},
+            {"value": labels.shown(effect), "supported": supported},
         )
     return effect
 
@@ -351,7 +356,7 @@ def _check_cluster_name(name: str) -> str:
             "cluster_name",
             "{name}: a cluster name is a DNS label (lower-case letters, digits and '-', at "
             "most 63): it names a directory under desired/clusters/ and prefixes output lines",
-            {"name": labels.go_quote(name)},
+            {"name": _name(name)},
         )
     return name
 

@@ -198,6 +198,22 @@ def go_quote(value: str) -> str:
     return "".join(out)
 
 
+# How much of a value a message shows: a label value is at most 63 characters; keys and
+# object names, longer than any valid one (a 253-character prefix, '/', 63 characters).
+SHOWN_VALUE: Final = 64
+SHOWN_NAME: Final = 320
+
+
+def shown(text: str, limit: int = SHOWN_VALUE, *, quote: bool = True) -> str:
+    """`text` for a message, Go-quoted as the API server shows a value (unless `quote` is
+    false), cut after `limit` characters with its whole size said: `"abc..."...(N bytes)`.
+    A value of normal size is shown whole; a 20 MB one is not echoed."""
+    if len(text) <= limit:
+        return go_quote(text) if quote else text
+    head = go_quote(text[:limit]) if quote else text[:limit]
+    return f"{head}...({_byte_len(text)} bytes)"
+
+
 _GO_ESCAPES: Final = {
     "\a": "\\a",
     "\b": "\\b",

@@ -30,16 +30,22 @@ class FieldError:
     bad_value: Any = _OMIT
     detail: str = ""
 
-    def body(self) -> str:
-        """field.Error.ErrorBody()."""
+    def body(self, limit: int | None = None) -> str:
+        """field.Error.ErrorBody(); with `limit`, the bad value cut after that many
+        characters (the API server's answers show it whole)."""
         if self.type in ("Required value", "Forbidden", "Too long") or self.bad_value is _OMIT:
             text = self.type
         else:
-            text = f"{self.type}: {go_value(self.bad_value)}"
+            text = f"{self.type}: {go_value(self.bad_value, limit)}"
         return f"{text}: {self.detail}" if self.detail else text
 
     def __str__(self) -> str:
         return f"{self.field}: {self.body()}"
+
+    def shown(self, limit: int) -> str:
+        """As str(), the field path and the bad value cut after `limit` characters each:
+        what `validate` prints, whatever the size of the value."""
+        return f"{labels.shown(self.field, limit, quote=False)}: {self.body(limit)}"
 
     def cause(self) -> dict[str, str]:
         return {
@@ -93,8 +99,17 @@ class Printed:
     text: str
 
 
-def go_value(value: Any) -> str:
-    """How field.Error prints a bad value: %q for strings, %v for numbers, %#v for the rest."""
+def go_value(value: Any, limit: int | None = None) -> str:
+    """How field.Error prints a bad value: %q for strings, %v for numbers, %#v for the rest;
+    with `limit`, cut after that many characters, its whole size said."""
+    if limit is None:
+        return _go_value(value)
+    if isinstance(value, str):
+        return labels.shown(value, limit)
+    return labels.shown(_go_value(value), limit, quote=False)
+
+
+def _go_value(value: Any) -> str:
     if isinstance(value, Printed):
         return value.text
     if isinstance(value, str):

@@ -404,3 +404,18 @@ def test_a_hostile_live_value_stays_in_its_markdown_cell(
         ["lab-node-1", "nvidia.com/gpu.count", hostile, "2", "gpu-feature-discovery"]
     ]
     assert markdown_html(result.stdout) == []
+
+
+def test_a_20_mb_value_is_not_echoed_whole_in_any_format(workdir: Path) -> None:
+    _replace(
+        workdir / "desired" / "nodes" / "lab-node-1.yaml",
+        'gpu.count: "2"',
+        f"gpu.count: {'x' * 20_000_000}",
+    )
+    for output in ("text", "json", "markdown"):
+        result = run_cli("validate", "-o", output, cwd=workdir)
+
+        assert result.code == 2, output
+        assert "x" * 65 not in result.stdout + result.stderr, output
+        assert "...(20000000 bytes)" in result.stdout + result.stderr, output
+        assert len(result.stdout + result.stderr) < 4000, output

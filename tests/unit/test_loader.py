@@ -140,7 +140,7 @@ def test_unquoted_non_string_values_are_refused_with_a_quoting_hint(
         ("!!timestamp abc", 'YAML cannot read "abc" as a date (!!timestamp)'),
         ("!!float x", 'YAML cannot read "x" as a number (!!float)'),
         ("!!null gone", 'YAML cannot read "gone" as null (!!null)'),
-        ("9" * 5000, 'YAML cannot read "' + "9" * 64 + '..." as an integer (!!int)'),
+        ("9" * 5000, 'YAML cannot read "' + "9" * 64 + '"...(5000 bytes) as an integer (!!int)'),
     ],
 )
 def test_a_value_its_tag_cannot_hold_is_a_diagnostic(
@@ -770,3 +770,78 @@ def test_a_fleet_file_that_is_not_utf8_is_refused_at_its_first_bad_byte(tree: Pa
         "desired/clusters.yaml:3:10: file is not UTF-8 text: the byte here is not UTF-8 "
         "(invalid continuation byte): save the file as UTF-8"
     ]
+
+
+HUGE = 5_000_000
+
+
+@pytest.mark.parametrize(
+    ("area", "content", "expected"),
+    [
+        (
+            "nodes/n1.yaml",
+            NODE.format(name="n1", labels=f"  a.io/x: {'v' * HUGE}\n"),
+            'desired/nodes/n1.yaml:6:11: labels.a.io/x: invalid label value "'
+            + "v" * 64
+            + f'"...({HUGE} bytes): must be no more than 63 bytes (sanitized: "'
+            + "v" * 63
+            + '")',
+        ),
+        (
+            "nodes/n1.yaml",
+            NODE.format(name="n1", labels=f"  a.io/x: {'7' * 4000}\n"),
+            "desired/nodes/n1.yaml:6:11: labels.a.io/x: must be a string, but YAML reads "
+            + "7" * 64
+            + "...(4000 bytes) as an integer ("
+            + "7" * 64
+            + "...(4000 bytes)): quote it",
+        ),
+        (
+            "nodes/n1.env",
+            f"a.io/{'k' * HUGE}=1\n",
+            'desired/nodes/n1.env:1:1: invalid label key "a.io/'
+            + "k" * 315
+            + f'"...({HUGE + 5} bytes)',
+        ),
+        (
+            "workloads/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: d\n"
+            f"  labels:\n    a.io/x: {'w' * HUGE}\n",
+            'desired/workloads/cm.yaml:7:5: ConfigMap "c" is invalid: metadata.labels: Invalid '
+            'value: "' + "w" * 320 + f'"...({HUGE} bytes): must be no more than 63 bytes',
+        ),
+        (
+            "nodes/n1.yaml",
+            NODE.format(name="n1", labels="  a.io/x: x\n")
+            + f"taints:\n- {{key: a.io/t, effect: {'E' * HUGE}}}\n",
+            'desired/nodes/n1.yaml:8:25: taints.0.effect: Unsupported value: "'
+            + "E" * 64
+            + f'"...({HUGE} bytes): supported values: "NoExecute"',
+        ),
+        (
+            "nodes/n1.yaml",
+            NODE.format(name="n1", labels="  a.io/x: x\n") + f"? {'f' * HUGE}\n: 1\n",
+            f"desired/nodes/n1.yaml:7:3: unknown field '{'f' * 320}...({HUGE} bytes)': allowed here",
+        ),
+    ],
+)
+def test_a_huge_value_is_never_echoed_whole(
+    tree: Path, area: str, content: str, expected: str
+) -> None:
+    """Cut after its first characters, its size said: the message stays a line."""
+    path = tree / area
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+
+    message = only_error(tree)
+
+    assert message.startswith(expected)
+    assert len(message) < 2000
+
+
+def test_values_of_normal_size_are_shown_whole(tree: Path) -> None:
+    node_file(tree, "n1", f'a.io/x: "{"v" * 64}"\n')
+
+    assert only_error(tree).startswith(
+        f'desired/nodes/n1.yaml:6:11: labels.a.io/x: invalid label value "{"v" * 64}": '
+    )

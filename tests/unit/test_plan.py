@@ -633,3 +633,24 @@ def test_one_live_fact_reads_as_the_whole_live_map_does() -> None:
         assert {k: rule.get(node, k) for k in keys} == {k: facts.get(k) for k in keys}
     assert BY_FACT[Fact.ANNOTATION].get(node, INVENTORY_ANNOTATION) is None
     assert BY_FACT[Fact.TAINT].get(node, "gpu:NoSchedule") == "new"
+
+
+def test_groups_that_disagree_on_a_huge_annotation_are_named_without_echoing_it() -> None:
+    from reconcile.desired.models import DesiredGroup, LabelSelector
+    from reconcile.engine.groups import GroupConflict
+
+    def group(name: str, value: str) -> DesiredGroup:
+        facts = DesiredNode(
+            name, {}, Source(f"desired/groups/{name}.yaml", 4, 9), annotations={"a.io/n": value}
+        )
+        return DesiredGroup(name, LabelSelector(matchLabels={"pool": "a"}), facts)
+
+    state = DesiredState(groups=(group("a", "x" * 200_000), group("b", "y")))
+
+    with pytest.raises(GroupConflict) as raised:
+        build_plan(state, [live("n1", {"pool": "a"})])
+
+    message = str(raised.value)
+    assert f"group a (desired/groups/a.yaml) says '{'x' * 63}...(200002 bytes)" in message
+    assert "group b (desired/groups/b.yaml) says 'y'" in message
+    assert len(message) < 1000

@@ -36,6 +36,7 @@ from reconcile import diagnostics as diag
 from reconcile import files as safefiles
 from reconcile.desired import simple
 from reconcile.desired.models import (
+    ANNOTATIONS_MAX_BYTES,
     API_VERSION,
     DRIVER_SUPPORT_MATRIX,
     KINDS,
@@ -46,6 +47,7 @@ from reconcile.desired.models import (
     DesiredState,
     DriverImage,
     DriverSupportMatrix,
+    LabelSelector,
     Manifest,
     MatrixRow,
     NodeFeatures,
@@ -53,6 +55,7 @@ from reconcile.desired.models import (
     Taint,
     taint_facts,
 )
+from reconcile.desired.reserved import inventories_size
 from reconcile.diagnostics import Diagnostic, Source
 from reconcile.kube import labels, sensitive
 from reconcile.kube import validation as apivalidation
@@ -550,6 +553,7 @@ class _Loader:
                     )
                 )
         self._selectors_on_declared_keys()
+        self._annotation_budget()
         return DesiredState(
             nodes=dict(sorted(self.nodes.items())),
             groups=tuple(self._groups[name] for name in sorted(self._groups)),
@@ -751,6 +755,53 @@ class _Loader:
                             "applies; select on a label nothing in desired/ declares",
                         )
                     )
+
+    def _annotation_budget(self) -> None:
+        """All annotations of a node together (reconcile's inventories included) within the
+        API server's limit, wherever it is known offline which files declare facts for one
+        node: a group with every group its selector implies (an empty selector, the same
+        or fewer requirements), a node file with the groups that select every node. Other
+        overlaps depend on the live labels: `plan` checks each node (engine/budget.py)."""
+        groups = list(self._groups.values())
+        for group in groups:
+            implied = [g for g in groups if g is not group and _implies(group.selector, g.selector)]
+            self._check_budget(f"a node group {group.name} selects", group.node, implied)
+        everywhere = [g for g in groups if _implies(LabelSelector(), g.selector)]
+        for node in self.nodes.values():
+            if node.annotations or everywhere:
+                self._check_budget(f"node {node.name}", node, everywhere)
+
+    def _check_budget(self, who: str, own: DesiredNode, groups: list[DesiredGroup]) -> None:
+        facts: dict[str, dict[str, str | None]] = {"labels": {}, "annotations": {}, "taints": {}}
+        for declared in (*(g.node for g in groups), own):  # the node's own file wins
+            facts["labels"].update(declared.labels)
+            facts["annotations"].update(declared.annotations)
+            facts["taints"].update(declared.taints)
+        if not facts["annotations"]:
+            return
+        managed = [[k for k, v in values.items() if v is not None] for values in facts.values()]
+        size = apivalidation.annotations_size(
+            {k: v for k, v in facts["annotations"].items() if v is not None}
+        ) + inventories_size(*managed)
+        if size <= ANNOTATIONS_MAX_BYTES:
+            return
+        largest = max(own.annotations, key=lambda k: len(own.annotations[k] or ""), default=None)
+        where = own.source_of(f"annotation:{largest}") if largest is not None else own.source
+        also = (
+            ", ".join(f"group {g.name} ({g.node.source.file})" for g in groups)
+            + " (whose selectors take in every node it selects) and "
+            if groups
+            else ""
+        )
+        self.problems.append(
+            diag.error(
+                f"the annotations of {who} would total {size} bytes, over the API server's "
+                f"limit of {ANNOTATIONS_MAX_BYTES}",
+                where,
+                f"counted with {also}reconcile's inventories: the API server would refuse "
+                "every update of the node (metadata.annotations: Too long); declare less",
+            )
+        )
 
     def _add_node(self, node: DesiredNode) -> None:
         first = self.nodes.get(node.name)
@@ -993,6 +1044,36 @@ class _Loader:
             )
         self.problems.extend(found)
         return bool(found)
+
+
+def _requirements(selector: LabelSelector) -> list[tuple[str, str, frozenset[str]]]:
+    found = [(key, "In", frozenset({value})) for key, value in selector.matchLabels.items()]
+    found += [(r.key, r.operator, frozenset(r.values)) for r in selector.matchExpressions]
+    return found
+
+
+def _implies(narrow: LabelSelector, wide: LabelSelector) -> bool:
+    """Whether every node `narrow` selects is certainly selected by `wide` too: each of
+    `wide`'s requirements follows from one of `narrow`'s (same key)."""
+    have = _requirements(narrow)
+
+    def follows(key: str, operator: str, values: frozenset[str]) -> bool:
+        for k, op, vals in have:
+            if k != key:
+                continue
+            if operator == "In" and op == "In" and vals <= values:
+                return True
+            if operator == "Exists" and op in ("In", "Exists"):
+                return True
+            if operator == "NotIn" and (
+                (op == "NotIn" and values <= vals) or (op == "In" and not vals & values)
+            ):
+                return True
+            if operator == "DoesNotExist" and op == "DoesNotExist":
+                return True
+        return False
+
+    return all(follows(*requirement) for requirement in _requirements(wide))
 
 
 _FIELD_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]|\[([^\]]*)\]")

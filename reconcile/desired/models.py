@@ -28,6 +28,7 @@ from reconcile.desired.reserved import RECONCILE_ANNOTATIONS
 from reconcile.diagnostics import Source, nearest
 from reconcile.kube import labels
 from reconcile.kube.kinds import ObjectId
+from reconcile.kube.validation import TOTAL_ANNOTATION_SIZE_LIMIT, annotations_size
 
 API_GROUP: Final = "reconcile.dev"
 API_VERSION: Final = f"{API_GROUP}/v1alpha1"
@@ -37,7 +38,7 @@ NODE_GROUP: Final = "NodeGroup"
 DRIVER_SUPPORT_MATRIX: Final = "DriverSupportMatrix"
 FLEET: Final = "Fleet"
 # All annotations of one object together, as the API server counts them (keys and values).
-ANNOTATIONS_MAX_BYTES: Final = 256 * 1024
+ANNOTATIONS_MAX_BYTES: Final = TOTAL_ANNOTATION_SIZE_LIMIT
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 # Image tags (distribution spec): a word character first, then up to 127 of [\w.-].
@@ -148,8 +149,7 @@ AnnotationKey = Annotated[str, AfterValidator(_check_annotation_key), WithJsonSc
 
 
 def _check_annotations(annotations: dict[str, str | None]) -> dict[str, str | None]:
-    size = sum(len(k.encode()) + len((v or "").encode()) for k, v in annotations.items())
-    if size > ANNOTATIONS_MAX_BYTES:
+    if annotations_size(annotations) > ANNOTATIONS_MAX_BYTES:
         raise PydanticCustomError(
             "annotations_size",
             "Too long: may not be more than {limit} bytes",

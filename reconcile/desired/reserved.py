@@ -8,6 +8,7 @@ converges) and a declared `null` would delete what prune relies on.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 _GROUP: Final = "reconcile.dev"
@@ -34,3 +35,16 @@ RECONCILE_ANNOTATIONS: Final = {
     UPGRADE_TARGET: _ROLLOUT,
     UPGRADE_WAS_CORDONED: _ROLLOUT,
 }
+
+
+def inventories_size(*managed: Iterable[str]) -> int:
+    """The bytes the inventory annotations add to a node for the given keys reconcile
+    manages (labels, annotations, taints as `key:effect`): each non-empty one is its
+    annotation key and the keys joined by commas."""
+    keys = (LABEL_INVENTORY, ANNOTATION_INVENTORY, TAINT_INVENTORY)
+    total = 0
+    for inventory, facts in zip(keys, managed, strict=False):
+        names = [name.encode() for name in facts]
+        if names:
+            total += len(inventory) + sum(map(len, names)) + len(names) - 1
+    return total

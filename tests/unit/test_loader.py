@@ -845,3 +845,112 @@ def test_values_of_normal_size_are_shown_whole(tree: Path) -> None:
     assert only_error(tree).startswith(
         f'desired/nodes/n1.yaml:6:11: labels.a.io/x: invalid label value "{"v" * 64}": '
     )
+
+
+def _group(tree: Path, name: str, selector: str, annotation: str, size: int) -> None:
+    write(
+        tree / "groups" / f"{name}.yaml",
+        GROUP.format(facts=f"annotations:\n  {annotation}: {'v' * size}\n")
+        .replace("name: pool", f"name: {name}")
+        .replace("  matchLabels: {pool: a}\n", selector),
+    )
+
+
+@pytest.mark.parametrize(
+    ("narrow", "wide", "known"),
+    [
+        ("  matchLabels: {pool: a}\n", "  {}\n", True),
+        ("  matchLabels: {pool: a}\n", "  matchLabels: {pool: a}\n", True),
+        ("  matchLabels: {pool: a, gpu: x}\n", "  matchLabels: {pool: a}\n", True),
+        (
+            "  matchLabels: {pool: a}\n",
+            "  matchExpressions: [{key: pool, operator: In, values: [a, b]}]\n",
+            True,
+        ),
+        (
+            "  matchLabels: {pool: a}\n",
+            "  matchExpressions: [{key: pool, operator: Exists}]\n",
+            True,
+        ),
+        (
+            "  matchLabels: {pool: a}\n",
+            "  matchExpressions: [{key: pool, operator: NotIn, values: [b]}]\n",
+            True,
+        ),
+        ("  matchLabels: {pool: a}\n", "  matchLabels: {gpu: x}\n", False),
+        ("  matchLabels: {pool: a}\n", "  matchLabels: {pool: b}\n", False),
+    ],
+)
+def test_the_annotation_budget_is_counted_across_groups_that_certainly_overlap(
+    tree: Path, narrow: str, wide: str, known: bool
+) -> None:
+    _group(tree, "narrow", narrow, "example.com/a", 150_000)
+    _group(tree, "wide", wide, "example.com/b", 150_000)
+
+    found = [e for e in errors(tree) if e.startswith("desired/groups/narrow.yaml")]
+
+    if known:
+        [message] = found
+        assert message.startswith(
+            "desired/groups/narrow.yaml:8:3: the annotations of a node group narrow selects "
+            "would total 300"
+        )
+        assert "counted with group wide (desired/groups/wide.yaml)" in message
+    else:
+        assert found == []  # known only on the live nodes: plan checks each
+
+
+def test_the_annotation_budget_of_a_node_counts_groups_that_select_every_node(
+    tree: Path,
+) -> None:
+    _group(tree, "everywhere", "  {}\n", "example.com/b", 150_000)
+    write(
+        tree / "nodes" / "n1.yaml",
+        NODE.format(name="n1", labels='  a.io/x: "1"\n')
+        + f"annotations:\n  example.com/a: {'v' * 150_000}\n",
+    )
+
+    assert errors(tree) == [
+        "desired/nodes/n1.yaml:8:3: the annotations of node n1 would total 300"
+        + str(
+            len("example.com/a")
+            + len("example.com/b")
+            + len("reconcile.dev/managed-labels")
+            + len("a.io/x")
+            + len("reconcile.dev/managed-annotations")
+            + len("example.com/a,example.com/b")
+        ).rjust(3, "0")
+        + " bytes, over the API server's limit of 262144: counted with group everywhere "
+        "(desired/groups/everywhere.yaml) (whose selectors take in every node it selects) and "
+        "reconcile's inventories: the API server would refuse every update of the node "
+        "(metadata.annotations: Too long); declare less"
+    ]
+
+
+def test_the_annotation_budget_counts_reconciles_inventories(tree: Path) -> None:
+    key = "example.com/a"
+    room = 256 * 1024 - len(key)
+    write(
+        tree / "nodes" / "n1.yaml",
+        NODE.format(name="n1", labels='  a.io/x: "1"\n') + f"annotations:\n  {key}: {'v' * room}\n",
+    )
+
+    [message] = errors(tree)
+
+    assert message.startswith("desired/nodes/n1.yaml:8:3: the annotations of node n1 would total")
+
+
+def test_a_manifests_annotations_are_counted_in_bytes_as_the_api_server_counts_them(
+    tree: Path,
+) -> None:
+    value = "é" * (128 * 1024)  # 131,072 characters, 262,144 bytes
+    write(
+        tree / "workloads" / "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: d\n"
+        f"  annotations:\n    a: {value}\n",
+    )
+
+    assert only_error(tree) == (
+        'desired/workloads/cm.yaml:7:5: ConfigMap "c" is invalid: metadata.annotations: '
+        "Too long: may not be more than 262144 bytes"
+    )

@@ -654,3 +654,26 @@ def test_groups_that_disagree_on_a_huge_annotation_are_named_without_echoing_it(
     assert f"group a (desired/groups/a.yaml) says '{'x' * 63}...(200002 bytes)" in message
     assert "group b (desired/groups/b.yaml) says 'y'" in message
     assert len(message) < 1000
+
+
+def test_a_node_over_the_annotation_budget_after_apply_is_a_blocking_finding() -> None:
+    from reconcile.engine.budget import annotation_budget_check
+
+    limit = 256 * 1024
+    near = {"example.com/big": "v" * (limit - len("example.com/big") - 10)}
+    nodes = [live("full", {}, **near), live("roomy", {})]
+    state = desired(full={"a.io/new": "1"}, roomy={"a.io/new": "1"})
+    plan = build_plan(state, nodes)
+
+    findings = annotation_budget_check(Projection(state, nodes, plan.nodes))
+
+    [finding] = findings
+    assert (finding.subject, finding.kind, finding.blocksApply) == (
+        "full",
+        "annotations-too-long",
+        True,
+    )
+    # the label inventory the write adds is what goes over
+    assert finding.message.startswith(
+        f"its annotations would total {limit - 10 + len(INVENTORY_ANNOTATION) + 8} bytes"
+    )

@@ -131,8 +131,12 @@ class _FleetReader:
     def _fleet(self, path: Path) -> tuple[Fleet | None, Source]:
         where = Source(self.name(path), 1, 1)
         try:
-            text = safefiles.read_regular(path).decode("utf-8")
-        except (safefiles.UnsafeFile, UnicodeDecodeError, OSError) as e:
+            data = safefiles.read_regular(path)
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.problems.append(loader.not_utf8(data, e, self.name(path)))
+            return None, where
+        except (safefiles.UnsafeFile, OSError) as e:
             self.problems.append(diag.error(f"cannot read {FLEET_FILE}", where, str(e)))
             return None, where
         documents, problems = loader.parse_yaml(text, self.name(path))

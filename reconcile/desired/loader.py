@@ -17,6 +17,7 @@ Layout:
 
 from __future__ import annotations
 
+import bisect
 import csv
 import hashlib
 import io
@@ -35,6 +36,7 @@ from reconcile import diagnostics as diag
 from reconcile import files as safefiles
 from reconcile.desired import simple
 from reconcile.desired.models import (
+    ANNOTATIONS_MAX_BYTES,
     API_VERSION,
     DRIVER_SUPPORT_MATRIX,
     KINDS,
@@ -45,6 +47,7 @@ from reconcile.desired.models import (
     DesiredState,
     DriverImage,
     DriverSupportMatrix,
+    LabelSelector,
     Manifest,
     MatrixRow,
     NodeFeatures,
@@ -52,8 +55,9 @@ from reconcile.desired.models import (
     Taint,
     taint_facts,
 )
+from reconcile.desired.reserved import inventories_size
 from reconcile.diagnostics import Diagnostic, Source
-from reconcile.kube import labels
+from reconcile.kube import labels, sensitive
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.kinds import BUILTIN_NAMESPACED, ObjectId
 from reconcile.kube.selector import SelectorError, from_label_selector
@@ -109,25 +113,56 @@ class YamlDocument:
 _COMPOSER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+# Line breaks to YAML 1.1 (libyaml counts lines by them) that editors show inside a line.
+_YAML_ONLY_BREAKS: Final = ("\x85", "\u2028", "\u2029")
+_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+class Lines:
+    """A text's (line, column) as an editor counts them, from libyaml's marks: libyaml's
+    own line and column, unless the text holds a line break only YAML sees (U+2028,
+    U+2029, U+0085), after which they would be off; then from the mark's index."""
+
+    def __init__(self, text: str) -> None:
+        self._starts: list[int] | None = None
+        if any(c in text for c in _YAML_ONLY_BREAKS):
+            self._starts = [0, *(m.end() for m in _BREAK.finditer(text))]
+
+    def at(self, mark: yaml.Mark) -> tuple[int, int]:
+        if self._starts is None:
+            return mark.line + 1, mark.column + 1
+        line = bisect.bisect_right(self._starts, mark.index)
+        return line, mark.index - self._starts[line - 1] + 1
+
+
+def position(text: str, index: int) -> tuple[int, int]:
+    """The (line, column) of the character at `index`, as an editor counts them."""
+    starts = [0, *(m.end() for m in _BREAK.finditer(text, 0, index))]
+    return len(starts), index - starts[-1] + 1
+
+
 class _Composer:
     """Builds plain data from composed YAML nodes, collecting problems instead of raising."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, lines: Lines) -> None:
         self.file = file
         self.problems: list[Diagnostic] = []
         self._scalars = yaml.SafeLoader("")
+        self._lines = lines
+        # The document being composed is a Secret: its values are never quoted.
+        self._secret = False
 
     def document(self, root: Node) -> YamlDocument:
-        start = (root.start_mark.line + 1, root.start_mark.column + 1)
-        doc = YamlDocument(data=None, file=self.file, start=start)
+        doc = YamlDocument(data=None, file=self.file, start=self._lines.at(root.start_mark))
+        self._secret = _is_secret(root)
         doc.data = self._value(root, (), doc, set())
         return doc
 
     def _where(self, node: Node) -> Source:
-        return Source(self.file, node.start_mark.line + 1, node.start_mark.column + 1)
+        return Source(self.file, *self._lines.at(node.start_mark))
 
     def _value(self, node: Node, path: PathT, doc: YamlDocument, seen: set[int]) -> Any:
-        doc.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        doc.values[path] = self._lines.at(node.start_mark)
         if len(path) > MAX_DEPTH:
             self.problems.append(
                 diag.error(
@@ -173,7 +208,11 @@ class _Composer:
                 )
                 continue
             if not isinstance(key_node, ScalarNode) or key_node.tag not in (_STR,):
-                shown = key_node.value if isinstance(key_node, ScalarNode) else "a collection"
+                shown = (
+                    labels.shown(str(key_node.value), labels.SHOWN_NAME, quote=False)
+                    if isinstance(key_node, ScalarNode)
+                    else "a collection"
+                )
                 self.problems.append(
                     diag.error(
                         f"mapping keys must be strings, not {shown}",
@@ -183,11 +222,11 @@ class _Composer:
                 )
                 continue
             key = str(key_node.value)
-            line = key_node.start_mark.line + 1
+            line, column = self._lines.at(key_node.start_mark)
             if key in first_seen:
                 self.problems.append(
                     diag.error(
-                        f"duplicate key {labels.go_quote(key)}",
+                        f"duplicate key {labels.shown(key, labels.SHOWN_NAME)}",
                         self._where(key_node),
                         f"first defined on line {first_seen[key]}; a key may appear once",
                     )
@@ -195,7 +234,7 @@ class _Composer:
                 continue
             first_seen[key] = line
             child = (*path, key)
-            doc.keys[child] = (line, key_node.start_mark.column + 1)
+            doc.keys[child] = (line, column)
             result[key] = self._value(value_node, child, doc, seen)
         return result
 
@@ -211,9 +250,14 @@ class _Composer:
             except (yaml.YAMLError, ValueError, LookupError, AttributeError, TypeError):
                 # An explicit tag on text it cannot hold (`!!int abc`, `!!bool x`), or an
                 # integer too long for Python to convert.
+                shown = (
+                    "the value"  # a Secret's value is never quoted, in any message
+                    if self._secret and sensitive.is_sensitive_path(path)
+                    else _shown(str(node.value))
+                )
                 self.problems.append(
                     diag.error(
-                        f"YAML cannot read {_shown(str(node.value))} as "
+                        f"YAML cannot read {shown} as "
                         f"{_SCALAR_TAG_NAMES[node.tag]} ({_short_tag(node.tag)})",
                         self._where(node),
                         "quote it to keep it as text; an explicit tag must fit its value",
@@ -233,9 +277,23 @@ class _Composer:
         return None
 
 
-def _shown(text: str, limit: int = 64) -> str:
+def _is_secret(root: Node) -> bool:
+    """Whether a document declares a Secret (whatever its apiVersion says: a typo there
+    does not make its values any less secret), read from its nodes before composing it."""
+    if not isinstance(root, MappingNode):
+        return False
+    return any(
+        isinstance(key, ScalarNode)
+        and key.value == "kind"
+        and isinstance(value, ScalarNode)
+        and value.value == "Secret"
+        for key, value in root.value
+    )
+
+
+def _shown(text: str) -> str:
     """A scalar quoted for a message, cut when long (a 5,000-digit number, say)."""
-    return labels.go_quote(text if len(text) <= limit else text[:limit] + "...")
+    return labels.shown(text)
 
 
 def _short_tag(tag: str) -> str:
@@ -244,9 +302,15 @@ def _short_tag(tag: str) -> str:
     return "!!" + tag[len(prefix) :] if tag.startswith(prefix) else tag
 
 
+# What YAML 1.1 refuses in a stream: characters outside its printable set (tab, LF, CR
+# and NEL aside), such as NUL, the other C0 controls, DEL and C1 controls.
+_NOT_YAML = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 def parse_yaml(text: str, file: str) -> tuple[list[YamlDocument], list[Diagnostic]]:
     """Every non-empty document of a YAML stream, or the syntax error that stops it."""
-    composer = _Composer(file)
+    lines = Lines(text)
+    composer = _Composer(file, lines)
     documents: list[YamlDocument] = []
     try:
         for root in yaml.compose_all(text, Loader=_COMPOSER):
@@ -255,12 +319,40 @@ def parse_yaml(text: str, file: str) -> tuple[list[YamlDocument], list[Diagnosti
             documents.append(composer.document(root))
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
-        where = Source(file, mark.line + 1, mark.column + 1) if mark else Source(file)
+        where = Source(file, *lines.at(mark)) if mark else Source(file)
         problem = " ".join(p for p in (e.context, e.problem) if p)
         composer.problems.append(diag.error("malformed YAML", where, problem or str(e)))
+    except yaml.reader.ReaderError as e:
+        # libyaml names a byte offset; the character itself is found here, where an
+        # editor shows it.
+        bad = _NOT_YAML.search(text)
+        if bad is None:
+            composer.problems.append(diag.error("malformed YAML", Source(file), e.reason))
+        else:
+            composer.problems.append(
+                diag.error(
+                    f"character U+{ord(bad.group()):04X} is not allowed in YAML",
+                    Source(file, *position(text, bad.start())),
+                    "YAML refuses control characters (NUL, DEL, ...) anywhere in a file, "
+                    "quoted or not: remove it",
+                )
+            )
     except yaml.YAMLError as e:
         composer.problems.append(diag.error("malformed YAML", Source(file), str(e)))
     return documents, composer.problems
+
+
+def not_utf8(data: bytes, error: UnicodeDecodeError, file: str) -> Diagnostic:
+    """A file that is not UTF-8, at the first byte that is not (never quoting bytes: the
+    file may hold a Secret)."""
+    start = error.start
+    line_start = data.rfind(b"\n", 0, start) + 1
+    column = len(data[line_start:start].decode("utf-8", "replace")) + 1
+    return diag.error(
+        "file is not UTF-8 text",
+        Source(file, data.count(b"\n", 0, start) + 1, column),
+        f"the byte here is not UTF-8 ({error.reason}): save the file as UTF-8",
+    )
 
 
 # --- pydantic errors -> diagnostics --------------------------------------------------------
@@ -276,7 +368,7 @@ def model_problems(
         if loc and loc[-1] == "[key]":
             found.append(diag.error(item["msg"], doc.at(loc[:-1], key=True)))
             continue
-        shown = ".".join(str(p) for p in loc)
+        shown = labels.shown(".".join(str(p) for p in loc), labels.SHOWN_NAME, quote=False)
         if kind == "extra_forbidden":
             allowed = ", ".join(_fields_at(model, loc[:-1]))
             found.append(
@@ -291,12 +383,13 @@ def model_problems(
             found.append(diag.error(f"{shown} must be {expected}", doc.at(loc)))
         elif kind == "string_type" and loc in doc.scalars:
             tag, text = doc.scalars[loc]
+            written = labels.shown(text, quote=False)
             found.append(
                 diag.error(
-                    f"{shown}: must be a string, but YAML reads {text} as "
-                    f"{_SCALAR_TAG_NAMES[tag]} ({item['input']!r})",
+                    f"{shown}: must be a string, but YAML reads {written} as "
+                    f"{_SCALAR_TAG_NAMES[tag]} ({labels.shown(repr(item['input']), quote=False)})",
                     doc.at(loc),
-                    f'quote it to keep it exactly as written: "{text}"',
+                    f'quote it to keep it exactly as written: "{written}"',
                 )
             )
         elif kind.startswith(("label_", "object_name")):
@@ -460,6 +553,7 @@ class _Loader:
                     )
                 )
         self._selectors_on_declared_keys()
+        self._annotation_budget()
         return DesiredState(
             nodes=dict(sorted(self.nodes.items())),
             groups=tuple(self._groups[name] for name in sorted(self._groups)),
@@ -487,9 +581,7 @@ class _Loader:
             self._refuse(path, str(e))
             return None
         except UnicodeDecodeError as e:
-            self.problems.append(
-                diag.error("file is not UTF-8 text", Source(self.name(path)), str(e))
-            )
+            self.problems.append(not_utf8(data, e, self.name(path)))
             return None
         except OSError as e:
             self.problems.append(
@@ -565,7 +657,7 @@ class _Loader:
                 elif kind in KINDS:
                     summary = f"kind {kind} does not belong in desired/{area}/"
                 else:
-                    summary = f"unknown kind {labels.go_quote(str(kind))}"
+                    summary = f"unknown kind {labels.shown(str(kind), labels.SHOWN_NAME)}"
                 self.problems.append(
                     diag.error(
                         summary,
@@ -664,6 +756,53 @@ class _Loader:
                         )
                     )
 
+    def _annotation_budget(self) -> None:
+        """All annotations of a node together (reconcile's inventories included) within the
+        API server's limit, wherever it is known offline which files declare facts for one
+        node: a group with every group its selector implies (an empty selector, the same
+        or fewer requirements), a node file with the groups that select every node. Other
+        overlaps depend on the live labels: `plan` checks each node (engine/budget.py)."""
+        groups = list(self._groups.values())
+        for group in groups:
+            implied = [g for g in groups if g is not group and _implies(group.selector, g.selector)]
+            self._check_budget(f"a node group {group.name} selects", group.node, implied)
+        everywhere = [g for g in groups if _implies(LabelSelector(), g.selector)]
+        for node in self.nodes.values():
+            if node.annotations or everywhere:
+                self._check_budget(f"node {node.name}", node, everywhere)
+
+    def _check_budget(self, who: str, own: DesiredNode, groups: list[DesiredGroup]) -> None:
+        facts: dict[str, dict[str, str | None]] = {"labels": {}, "annotations": {}, "taints": {}}
+        for declared in (*(g.node for g in groups), own):  # the node's own file wins
+            facts["labels"].update(declared.labels)
+            facts["annotations"].update(declared.annotations)
+            facts["taints"].update(declared.taints)
+        if not facts["annotations"]:
+            return
+        managed = [[k for k, v in values.items() if v is not None] for values in facts.values()]
+        size = apivalidation.annotations_size(
+            {k: v for k, v in facts["annotations"].items() if v is not None}
+        ) + inventories_size(*managed)
+        if size <= ANNOTATIONS_MAX_BYTES:
+            return
+        largest = max(own.annotations, key=lambda k: len(own.annotations[k] or ""), default=None)
+        where = own.source_of(f"annotation:{largest}") if largest is not None else own.source
+        also = (
+            ", ".join(f"group {g.name} ({g.node.source.file})" for g in groups)
+            + " (whose selectors take in every node it selects) and "
+            if groups
+            else ""
+        )
+        self.problems.append(
+            diag.error(
+                f"the annotations of {who} would total {size} bytes, over the API server's "
+                f"limit of {ANNOTATIONS_MAX_BYTES}",
+                where,
+                f"counted with {also}reconcile's inventories: the API server would refuse "
+                "every update of the node (metadata.annotations: Too long); declare less",
+            )
+        )
+
     def _add_node(self, node: DesiredNode) -> None:
         first = self.nodes.get(node.name)
         if first is not None:
@@ -697,7 +836,7 @@ class _Loader:
             if key in lines:
                 self.problems.append(
                     diag.error(
-                        f"duplicate key {labels.go_quote(key)}",
+                        f"duplicate key {labels.shown(key, labels.SHOWN_NAME)}",
                         Source(file, number, 1),
                         f"first defined on line {lines[key]}; a key may appear once",
                     )
@@ -766,7 +905,8 @@ class _Loader:
         if tuple(h.strip() for h in header) != CSV_HEADER:
             self.problems.append(
                 diag.error(
-                    f"bad CSV header {','.join(header)!r}",
+                    f"bad CSV header "
+                    f"{labels.shown(','.join(header), labels.SHOWN_NAME, quote=False)!r}",
                     Source(file, 1, 1),
                     f"the first line must be exactly {','.join(CSV_HEADER)}",
                 )
@@ -888,7 +1028,9 @@ class _Loader:
                 continue  # reported above, with the table's knowledge
             found.append(
                 diag.error(
-                    f'{manifest.kind} "{manifest.name}" is invalid: {problem}',
+                    f"{labels.shown(manifest.kind, labels.SHOWN_NAME, quote=False)} "
+                    f"{labels.shown(manifest.name, labels.SHOWN_NAME)} is invalid: "
+                    + problem.shown(labels.SHOWN_NAME),
                     doc.at(field_path(problem.field)),
                 )
             )
@@ -907,6 +1049,36 @@ def _node_manifest(doc: YamlDocument) -> Diagnostic:
         "declare a node's labels, annotations and taints in desired/nodes/<name>.yaml "
         "(kind NodeFeatures) or a NodeGroup in desired/groups/",
     )
+
+
+def _requirements(selector: LabelSelector) -> list[tuple[str, str, frozenset[str]]]:
+    found = [(key, "In", frozenset({value})) for key, value in selector.matchLabels.items()]
+    found += [(r.key, r.operator, frozenset(r.values)) for r in selector.matchExpressions]
+    return found
+
+
+def _implies(narrow: LabelSelector, wide: LabelSelector) -> bool:
+    """Whether every node `narrow` selects is certainly selected by `wide` too: each of
+    `wide`'s requirements follows from one of `narrow`'s (same key)."""
+    have = _requirements(narrow)
+
+    def follows(key: str, operator: str, values: frozenset[str]) -> bool:
+        for k, op, vals in have:
+            if k != key:
+                continue
+            if operator == "In" and op == "In" and vals <= values:
+                return True
+            if operator == "Exists" and op in ("In", "Exists"):
+                return True
+            if operator == "NotIn" and (
+                (op == "NotIn" and values <= vals) or (op == "In" and not vals & values)
+            ):
+                return True
+            if operator == "DoesNotExist" and op == "DoesNotExist":
+                return True
+        return False
+
+    return all(follows(*requirement) for requirement in _requirements(wide))
 
 
 _FIELD_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]|\[([^\]]*)\]")

@@ -24,9 +24,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from reconcile.desired.reserved import RECONCILE_ANNOTATIONS
 from reconcile.diagnostics import Source, nearest
 from reconcile.kube import labels
 from reconcile.kube.kinds import ObjectId
+from reconcile.kube.validation import TOTAL_ANNOTATION_SIZE_LIMIT, annotations_size
 
 API_GROUP: Final = "reconcile.dev"
 API_VERSION: Final = f"{API_GROUP}/v1alpha1"
@@ -36,11 +38,16 @@ NODE_GROUP: Final = "NodeGroup"
 DRIVER_SUPPORT_MATRIX: Final = "DriverSupportMatrix"
 FLEET: Final = "Fleet"
 # All annotations of one object together, as the API server counts them (keys and values).
-ANNOTATIONS_MAX_BYTES: Final = 256 * 1024
+ANNOTATIONS_MAX_BYTES: Final = TOTAL_ANNOTATION_SIZE_LIMIT
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 # Image tags (distribution spec): a word character first, then up to 127 of [\w.-].
 _BRANCH = re.compile(r"[0-9]+")
+
+
+def _name(text: str) -> str:
+    """A key or name for a message: whole when it could be valid, cut when it is huge."""
+    return labels.shown(text, labels.SHOWN_NAME)
 
 
 def _qualified(key: str, what: str) -> str:
@@ -50,7 +57,7 @@ def _qualified(key: str, what: str) -> str:
         raise PydanticCustomError(
             "qualified_name",
             "invalid {what} key {key}: {problems}",
-            {"what": what, "key": labels.go_quote(key), "problems": "; ".join(problems)},
+            {"what": what, "key": _name(key), "problems": "; ".join(problems)},
         )
     return key
 
@@ -63,7 +70,7 @@ def _check_label_key(key: str) -> str:
         raise PydanticCustomError(
             "label_key_owned",
             "label key {key} may not be declared: {reason}",
-            {"key": labels.go_quote(key), "reason": labels.KUBELET_OWNED_REASON},
+            {"key": _name(key), "reason": labels.KUBELET_OWNED_REASON},
         )
     return key
 
@@ -80,7 +87,7 @@ def _check_label_value(value: str) -> str:
         raise PydanticCustomError(
             "label_value",
             "invalid label value {value}: {problems}{hint}",
-            {"value": labels.go_quote(value), "problems": "; ".join(problems), "hint": hint},
+            {"value": labels.shown(value), "problems": "; ".join(problems), "hint": hint},
         )
     return value
 
@@ -91,7 +98,7 @@ def _check_object_name(name: str) -> str:
         raise PydanticCustomError(
             "object_name",
             "invalid name {name}: {problems}",
-            {"name": labels.go_quote(name), "problems": "; ".join(problems)},
+            {"name": _name(name), "problems": "; ".join(problems)},
         )
     return name
 
@@ -125,15 +132,24 @@ class ObjectMeta(_Strict):
 
 
 def _check_annotation_key(key: str) -> str:
-    return _qualified(key, "annotation")
+    _qualified(key, "annotation")
+    reason = RECONCILE_ANNOTATIONS.get(key)
+    if reason is not None:
+        # With a value or with null alike: apply would rewrite it (and never converge),
+        # or delete the inventory that --prune relies on.
+        raise PydanticCustomError(
+            "annotation_key_owned",
+            "annotation key {key} may not be declared: {reason}",
+            {"key": labels.go_quote(key), "reason": reason},
+        )
+    return key
 
 
 AnnotationKey = Annotated[str, AfterValidator(_check_annotation_key), WithJsonSchema(_KEY_SCHEMA)]
 
 
 def _check_annotations(annotations: dict[str, str | None]) -> dict[str, str | None]:
-    size = sum(len(k.encode()) + len((v or "").encode()) for k, v in annotations.items())
-    if size > ANNOTATIONS_MAX_BYTES:
+    if annotations_size(annotations) > ANNOTATIONS_MAX_BYTES:
         raise PydanticCustomError(
             "annotations_size",
             "Too long: may not be more than {limit} bytes",
@@ -152,7 +168,7 @@ def _check_taint_effect(effect: str) -> str:
         raise PydanticCustomError(
             "taint_effect",
             "Unsupported value: {value}: supported values: {supported}",
-            {"value": labels.go_quote(effect), "supported": supported},
+            {"value": labels.shown(effect), "supported": supported},
         )
     return effect
 
@@ -176,6 +192,19 @@ class Taint(_Strict):
     absent: bool = Field(
         default=False, description="The node must not carry a taint with this key and effect."
     )
+
+    @field_validator("key")
+    @classmethod
+    def _not_a_controllers(cls, key: str) -> str:
+        reason = labels.controller_owned_taint(key)
+        if reason is not None:
+            # Present or absent alike: the controller puts it back or takes it away.
+            raise PydanticCustomError(
+                "taint_key_owned",
+                "taint key {key} may not be declared: {reason}",
+                {"key": labels.go_quote(key), "reason": reason},
+            )
+        return key
 
     @property
     def identity(self) -> str:
@@ -327,7 +356,7 @@ def _check_cluster_name(name: str) -> str:
             "cluster_name",
             "{name}: a cluster name is a DNS label (lower-case letters, digits and '-', at "
             "most 63): it names a directory under desired/clusters/ and prefixes output lines",
-            {"name": labels.go_quote(name)},
+            {"name": _name(name)},
         )
     return name
 

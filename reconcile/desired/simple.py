@@ -10,8 +10,10 @@ costs a tenth of it.
 This reader is only a shortcut: it accepts a file when it is sure the full reader would
 read the same data and find no problem, and says None otherwise (anything it does not
 recognise: flow collections, anchors, tags, trailing comments, multi-line or escaped
-scalars, annotations, taints, a value that is not a valid label value...). The full
-reader then reads that file and reports what is wrong, with the same messages as ever.
+scalars, annotations, taints, a value that is not a valid label value, any character
+but printable ASCII...). The full reader then reads that file and reports what is wrong,
+with the same messages as ever. A differential test over generated files holds it to
+that: tests/unit/test_simple_reader.py.
 """
 
 from __future__ import annotations
@@ -130,7 +132,11 @@ def _key(text: str) -> str:
     return text
 
 
-_GAP: Final = r"(?:[ ]*(?:#[^\n]*)?\n)*"
+# A comment as this reader takes it: printable ASCII only. YAML reads U+2028, U+2029 and
+# U+0085 as line breaks (the comment would end there, and the rest of its line be read)
+# and refuses control characters and DEL: such a comment is the full reader's to judge.
+_COMMENT: Final = r"#[\x20-\x7e]*"
+_GAP: Final = rf"(?:[ ]*(?:{_COMMENT})?\n)*"
 _TOKEN: Final = r"(\"[^\"\\\n]*\"|'[^'\n]*'|[A-Za-z0-9_./][A-Za-z0-9_./:=+-]*)"
 _KEY: Final = r"[A-Za-z0-9_./-]+"
 _LABEL: Final = rf"  {_KEY}:(?:[ ]+{_TOKEN[1:-1]})?[ ]*"
@@ -146,7 +152,7 @@ _CANONICAL: Final = re.compile(
     + _GAP
     + rf"  name:[ ]+{_TOKEN}[ ]*\n"
     + _GAP
-    + rf"labels:[ ]*\n(?P<labels>(?:(?:{_LABEL}|[ ]*(?:#[^\n]*)?)\n)*(?:{_LABEL}|[ ]*(?:#[^\n]*)?)?)"
+    + rf"labels:[ ]*\n(?P<labels>(?:(?:{_LABEL}|[ ]*(?:{_COMMENT})?)\n)*(?:{_LABEL}|[ ]*(?:{_COMMENT})?)?)"
 )
 # A label line of a block _CANONICAL matched: its key, and the rest of the line (the
 # token, or nothing; a token with spaces after it is not one a cache knows, and falls to
@@ -229,6 +235,10 @@ def _canonical(text: str, file: str) -> DesiredNode:
 
 def node(text: str, file: str) -> DesiredNode | None:
     """The node the file declares, when it is the simple shape and valid; else None."""
+    if not text.isascii():
+        # Names, keys and values are ASCII: anything else is in a comment or a mistake,
+        # and YAML has rules of its own for some of it (line breaks, a byte-order mark).
+        return None
     try:
         return _canonical(text, file)
     except Exception:  # not the canonical order: the general simple shape
@@ -242,7 +252,7 @@ def node(text: str, file: str) -> DesiredNode | None:
 # One line of the simple shape: blank or a comment, a top-level key (with a scalar, or
 # opening a block), or a two-space-indented `key: scalar`. Scalars are checked by _scalar.
 _LINE: Final = re.compile(
-    r"(?:[ ]*(?:#[^\n]*)?"
+    rf"(?:[ ]*(?:{_COMMENT})?"
     r"|(?P<top>[A-Za-z]+):(?:[ ]+(?P<topvalue>[^ \n#][^\n]*?))?[ ]*"
     r"|[ ][ ](?P<key>[^ \n:#][^ \n:]*):(?:(?P<gap>[ ]+)(?P<value>[^ \n][^\n]*?))?[ ]*"
     r")(?:\n|\Z)"

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from reconcile.desired.reserved import ANNOTATION_INVENTORY, LABEL_INVENTORY, TAINT_INVENTORY
+
 if TYPE_CHECKING:  # the command line reads this module before it needs the models
     from reconcile.desired.models import DesiredNode
     from reconcile.kube.objects import LiveNode
@@ -73,11 +75,10 @@ class FactRule:
 
 
 # Like nfd-master's nfd.node.kubernetes.io/feature-labels: the keys this tool has set.
-LABEL_INVENTORY: Final = "reconcile.dev/managed-labels"
 RULES: Final = (
     FactRule(Fact.LABEL, "", LABEL_INVENTORY),
-    FactRule(Fact.ANNOTATION, "annotation:", "reconcile.dev/managed-annotations"),
-    FactRule(Fact.TAINT, "taint:", "reconcile.dev/managed-taints"),
+    FactRule(Fact.ANNOTATION, "annotation:", ANNOTATION_INVENTORY),
+    FactRule(Fact.TAINT, "taint:", TAINT_INVENTORY),
 )
 BY_FACT: Final = {rule.fact: rule for rule in RULES}
 INVENTORIES: Final = frozenset(rule.inventory for rule in RULES)

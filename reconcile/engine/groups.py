@@ -22,6 +22,7 @@ from typing import Final
 from reconcile.desired.models import DesiredGroup, DesiredNode, DesiredState
 from reconcile.diagnostics import ReconcileError, Source
 from reconcile.engine.facts import INVENTORIES, RULES, Fact, shown_key
+from reconcile.kube import labels
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.selector import Selector, from_label_selector
 
@@ -107,7 +108,8 @@ UNDECLARED: Final = Source("")
 def _conflict(node: str, fact: Fact, key: str, first: DesiredGroup, second: DesiredGroup) -> str:
     def said(group: DesiredGroup) -> str:
         value = getattr(group.node, _FIELDS[fact])[key]
-        return f"group {group.name} ({group.node.source.file}) says {'-' if value is None else repr(value)}"
+        said = "-" if value is None else labels.shown(repr(value), quote=False)
+        return f"group {group.name} ({group.node.source.file}) says {said}"
 
     return f"{node} {shown_key(fact, key)}: {said(first)}, {said(second)}"
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import ReconcileError
-from reconcile.engine import placement, saved
+from reconcile.engine import budget, placement, saved
 from reconcile.engine.apply import (
     ApplyResult,
     apply_objects,
@@ -44,7 +44,7 @@ from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 
 # The engine's own checks; domain packages add theirs (gpu.checks.GPU_CHECKS).
-ENGINE_CHECKS: tuple[Check, ...] = (placement.impact_check,)
+ENGINE_CHECKS: tuple[Check, ...] = (placement.impact_check, budget.annotation_budget_check)
 
 
 class PlanCluster(ObjectCluster, Protocol):

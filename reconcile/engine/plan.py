@@ -27,13 +27,13 @@ from pydantic import (
 )
 
 from reconcile.desired.models import DesiredNode, DesiredState, json_schemas
+from reconcile.desired.reserved import LABEL_INVENTORY, RECONCILE_ANNOTATIONS
 from reconcile.diagnostics import EmptyPrune, Severity
 from reconcile.engine.checks import NO_POLICY, Finding, NodePolicy, overlay, projected_labels
 from reconcile.engine.diff import FieldChange, LabelChange, NodeChange, fact_drift
 from reconcile.engine.facts import (
     BY_FACT,
     INVENTORIES,
-    LABEL_INVENTORY,
     RULES,
     Fact,
     parse_shown_key,
@@ -258,17 +258,27 @@ def all_schemas() -> dict[str, dict[str, Any]]:
 
 def parse_inventory(annotations: dict[str, str]) -> frozenset[str]:
     """The facts reconcile manages on a node, as drift lines name them, from its inventory
-    annotations. Never a label the kubelet or the cloud provider owns, whatever the
-    annotation says (an older desired/ could declare them; anyone can edit the
-    annotation): `--prune` must not delete kubernetes.io/os."""
+    annotations. Never a fact someone else writes, whatever the annotation says (an older
+    desired/ could declare them; anyone can edit the annotation): `--prune` must not
+    delete kubernetes.io/os, uncordon a node by removing node.kubernetes.io/unschedulable,
+    or remove a rollout's marks."""
     if INVENTORIES.isdisjoint(annotations):
         return frozenset()  # a node reconcile has not written: the common case
     found = set()
     for rule in RULES:
         for key in annotations.get(rule.inventory, "").split(","):
-            if key and not (rule.fact is Fact.LABEL and labels.is_kubelet_owned(key)):
+            if key and not _owned_by_another(rule.fact, key):
                 found.add(shown_key(rule.fact, key))
     return frozenset(found)
+
+
+def _owned_by_another(fact: Fact, key: str) -> bool:
+    """Whether the kubelet, a controller or reconcile's rollouts write this fact."""
+    if fact is Fact.LABEL:
+        return labels.is_kubelet_owned(key)
+    if fact is Fact.ANNOTATION:
+        return key in RECONCILE_ANNOTATIONS
+    return labels.controller_owned_taint(key.rpartition(":")[0]) is not None
 
 
 def _labels_in_sync(desired: DesiredNode, live: LiveNode, *, prune: bool) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, NoReturn, Protocol
 
+from reconcile.desired.reserved import UPGRADE_TARGET, UPGRADE_WAS_CORDONED
 from reconcile.diagnostics import ApiError, NotFound, ReconcileError, TooManyRequests
 from reconcile.gpu import drivers
 from reconcile.kube.kinds import workload_id
@@ -23,8 +24,8 @@ from reconcile.kube.selector import SelectorError, from_label_selector
 
 STATE: Final = drivers.UPGRADE_STATE
 SKIP: Final = "nvidia.com/gpu-driver-upgrade.skip"
-TARGET_ANNOTATION: Final = "reconcile.dev/upgrade-target"
-CORDONED_ANNOTATION: Final = "reconcile.dev/upgrade-was-cordoned"
+TARGET_ANNOTATION: Final = UPGRADE_TARGET
+CORDONED_ANNOTATION: Final = UPGRADE_WAS_CORDONED
 
 UPGRADE_REQUIRED: Final = "upgrade-required"
 CORDON_REQUIRED: Final = "cordon-required"

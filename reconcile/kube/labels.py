@@ -198,6 +198,22 @@ def go_quote(value: str) -> str:
     return "".join(out)
 
 
+# How much of a value a message shows: a label value is at most 63 characters; keys and
+# object names, longer than any valid one (a 253-character prefix, '/', 63 characters).
+SHOWN_VALUE: Final = 64
+SHOWN_NAME: Final = 320
+
+
+def shown(text: str, limit: int = SHOWN_VALUE, *, quote: bool = True) -> str:
+    """`text` for a message, Go-quoted as the API server shows a value (unless `quote` is
+    false), cut after `limit` characters with its whole size said: `"abc..."...(N bytes)`.
+    A value of normal size is shown whole; a 20 MB one is not echoed."""
+    if len(text) <= limit:
+        return go_quote(text) if quote else text
+    head = go_quote(text[:limit]) if quote else text[:limit]
+    return f"{head}...({_byte_len(text)} bytes)"
+
+
 _GO_ESCAPES: Final = {
     "\a": "\\a",
     "\b": "\\b",
@@ -236,6 +252,43 @@ KUBELET_OWNED_REASON: Final = (
 def is_kubelet_owned(key: str) -> bool:
     """Whether the kubelet or the cloud provider writes `key` on every node."""
     return key in KUBELET_OWNED_KEYS or key.startswith(KUBELET_OWNED_PREFIXES)
+
+
+# Taints Kubernetes controllers set and remove themselves (k8s.io/api core/v1 and
+# k8s.io/cloud-provider api well_known_taints.go): key -> who, and what to do instead.
+# Declared, or declared absent, they fight the controller. `node.kubernetes.io/out-of-service`
+# is not here: an administrator sets that one by hand (non-graceful node shutdown).
+_YOUR_OWN: Final = (
+    "to keep pods off a node, declare a taint of your own "
+    "(e.g. example.com/maintenance:NoSchedule) or cordon it with `kubectl cordon`"
+)
+_CONDITION: Final = (
+    "the node lifecycle controller sets and removes it from the node's {} condition; " + _YOUR_OWN
+)
+CONTROLLER_OWNED_TAINTS: Final = {
+    "node.kubernetes.io/unschedulable": (
+        "the node lifecycle controller mirrors spec.unschedulable into it: cordon a node "
+        "with `kubectl cordon` and uncordon it with `kubectl uncordon`, not with a taint"
+    ),
+    "node.kubernetes.io/not-ready": _CONDITION.format("Ready"),
+    "node.kubernetes.io/unreachable": _CONDITION.format("Ready"),
+    "node.kubernetes.io/memory-pressure": _CONDITION.format("MemoryPressure"),
+    "node.kubernetes.io/disk-pressure": _CONDITION.format("DiskPressure"),
+    "node.kubernetes.io/pid-pressure": _CONDITION.format("PIDPressure"),
+    "node.kubernetes.io/network-unavailable": _CONDITION.format("NetworkUnavailable"),
+    "node.cloudprovider.kubernetes.io/uninitialized": (
+        "the kubelet sets it (--cloud-provider=external) and the cloud controller manager "
+        "removes it once it has initialized the node; " + _YOUR_OWN
+    ),
+    "node.cloudprovider.kubernetes.io/shutdown": (
+        "the cloud controller manager sets it while the node's machine is shut down; " + _YOUR_OWN
+    ),
+}
+
+
+def controller_owned_taint(key: str) -> str | None:
+    """Why a Kubernetes controller owns the taint `key` (without its effect), or None."""
+    return CONTROLLER_OWNED_TAINTS.get(key)
 
 
 def is_kubernetes_reserved(key: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -30,16 +31,22 @@ class FieldError:
     bad_value: Any = _OMIT
     detail: str = ""
 
-    def body(self) -> str:
-        """field.Error.ErrorBody()."""
+    def body(self, limit: int | None = None) -> str:
+        """field.Error.ErrorBody(); with `limit`, the bad value cut after that many
+        characters (the API server's answers show it whole)."""
         if self.type in ("Required value", "Forbidden", "Too long") or self.bad_value is _OMIT:
             text = self.type
         else:
-            text = f"{self.type}: {go_value(self.bad_value)}"
+            text = f"{self.type}: {go_value(self.bad_value, limit)}"
         return f"{text}: {self.detail}" if self.detail else text
 
     def __str__(self) -> str:
         return f"{self.field}: {self.body()}"
+
+    def shown(self, limit: int) -> str:
+        """As str(), the field path and the bad value cut after `limit` characters each:
+        what `validate` prints, whatever the size of the value."""
+        return f"{labels.shown(self.field, limit, quote=False)}: {self.body(limit)}"
 
     def cause(self) -> dict[str, str]:
         return {
@@ -93,8 +100,17 @@ class Printed:
     text: str
 
 
-def go_value(value: Any) -> str:
-    """How field.Error prints a bad value: %q for strings, %v for numbers, %#v for the rest."""
+def go_value(value: Any, limit: int | None = None) -> str:
+    """How field.Error prints a bad value: %q for strings, %v for numbers, %#v for the rest;
+    with `limit`, cut after that many characters, its whole size said."""
+    if limit is None:
+        return _go_value(value)
+    if isinstance(value, str):
+        return labels.shown(value, limit)
+    return labels.shown(_go_value(value), limit, quote=False)
+
+
+def _go_value(value: Any) -> str:
     if isinstance(value, Printed):
         return value.text
     if isinstance(value, str):
@@ -142,15 +158,23 @@ def validate_labels(values: Any, field: str) -> list[FieldError]:
     return errors
 
 
+def annotations_size(annotations: Mapping[str, Any]) -> int:
+    """What the API server counts against TOTAL_ANNOTATION_SIZE_LIMIT: every key and
+    value, in bytes (Go's len), a null value counting as empty."""
+    return sum(
+        len(str(key).encode("utf-8", "surrogatepass"))
+        + len(str(value if value is not None else "").encode("utf-8", "surrogatepass"))
+        for key, value in annotations.items()
+    )
+
+
 def validate_annotations(values: Any, field: str) -> list[FieldError]:
     if not isinstance(values, dict):
         return [invalid(field, values, "must be a map of string keys to string values")]
     errors = []
-    total = 0
     for key in sorted(values):
         errors += [invalid(field, key, msg) for msg in labels.is_qualified_name(str(key).lower())]
-        total += len(str(key)) + len(str(values[key]))
-    if total > TOTAL_ANNOTATION_SIZE_LIMIT:
+    if annotations_size(values) > TOTAL_ANNOTATION_SIZE_LIMIT:
         errors.append(
             FieldError(
                 "Too long",

@@ -54,6 +54,11 @@ def _replace(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def _append(path: Path, text: str) -> None:
+    with path.open("a") as file:
+        file.write(text)
+
+
 def _secret_file(tmp_path: Path) -> Path:
     """Stands in for ~/.kube/config: what a link in a pull request would point at."""
     path = tmp_path / "home" / "config"
@@ -114,6 +119,43 @@ DESIRED_CORPUS: dict[str, tuple[Callable[[Path, Path], object], str]] = {
         ),
         'desired/nodes/lab-node-1.yaml:19:3: label key "kubernetes.io/os" may not be declared: '
         "the kubelet (or cloud provider) rewrites it on every node; changing it breaks scheduling",
+    ),
+    "declaring reconcile's own inventory annotation": (
+        lambda d, t: _append(
+            d / "nodes" / "lab-node-1.yaml",
+            'annotations:\n  reconcile.dev/managed-labels: "nvidia.com/gpu.count"\n',
+        ),
+        'desired/nodes/lab-node-1.yaml:24:3: annotation key "reconcile.dev/managed-labels" '
+        "may not be declared: reconcile writes it on every apply",
+    ),
+    "cordoning with a taint": (
+        lambda d, t: _append(
+            d / "nodes" / "lab-node-1.yaml",
+            "taints:\n- {key: node.kubernetes.io/unschedulable, effect: NoSchedule}\n",
+        ),
+        'desired/nodes/lab-node-1.yaml:24:9: taints.0.key: taint key "node.kubernetes.io/'
+        'unschedulable" may not be declared: the node lifecycle controller mirrors '
+        "spec.unschedulable into it: cordon a node with `kubectl cordon`",
+    ),
+    "a NUL byte": (
+        lambda d, t: _replace(
+            d / "nodes" / "lab-node-1.yaml", 'gpu.count: "2"', 'gpu.count: "2\x00"'
+        ),
+        "desired/nodes/lab-node-1.yaml:18:27: character U+0000 is not allowed in YAML",
+    ),
+    "not UTF-8": (
+        lambda d, t: (d / "nodes" / "lab-node-1.yaml").write_bytes(
+            (d / "nodes" / "lab-node-1.yaml").read_bytes().replace(b'count: "2"', b'count: "\xe92"')
+        ),
+        "desired/nodes/lab-node-1.yaml:18:26: file is not UTF-8 text",
+    ),
+    "a comment holding U+2028": (
+        lambda d, t: _replace(
+            d / "nodes" / "lab-node-1.yaml",
+            'gpu.count: "2"',
+            'gpu.count: "2"\n  # lab note\u2028 rev: [06',
+        ),
+        "desired/nodes/lab-node-1.yaml:19:15: malformed YAML",
     ),
     "600 levels of flow nesting": (
         lambda d, t: (d / "workloads" / "deep.yaml").write_text("a: " + "[" * 600 + "]" * 600),
@@ -362,3 +404,18 @@ def test_a_hostile_live_value_stays_in_its_markdown_cell(
         ["lab-node-1", "nvidia.com/gpu.count", hostile, "2", "gpu-feature-discovery"]
     ]
     assert markdown_html(result.stdout) == []
+
+
+def test_a_20_mb_value_is_not_echoed_whole_in_any_format(workdir: Path) -> None:
+    _replace(
+        workdir / "desired" / "nodes" / "lab-node-1.yaml",
+        'gpu.count: "2"',
+        f"gpu.count: {'x' * 20_000_000}",
+    )
+    for output in ("text", "json", "markdown"):
+        result = run_cli("validate", "-o", output, cwd=workdir)
+
+        assert result.code == 2, output
+        assert "x" * 65 not in result.stdout + result.stderr, output
+        assert "...(20000000 bytes)" in result.stdout + result.stderr, output
+        assert len(result.stdout + result.stderr) < 4000, output

@@ -141,6 +141,56 @@ def test_two_groups_that_disagree_on_a_node_are_refused_naming_both(
     assert lab.resource_versions() == before
 
 
+def test_two_groups_over_the_annotation_budget_on_one_node_block_apply(
+    lab: TestCluster, fleet: Path
+) -> None:
+    """Each group is within 256 KiB; a node both select is not. Offline the overlap is
+    unknown (they select on different labels): plan finds it on the live node."""
+    groups = fleet / "desired" / "groups"
+    for name, group in (("a100-pool.yaml", A100_POOL), ("gpus.yaml", GPUS)):
+        big = f"annotations:\n  example.com/{name[:4]}: {'v' * 200_000}\n"
+        own = group.replace("annotations:\n  example.com/owner: ml platform\n", "")
+        (groups / name).write_text(own + big)
+    assert run_cli("validate", cwd=fleet).code == 0
+    before = lab.resource_versions()
+
+    plan = run_cli("plan", cwd=fleet, kubeconfig=lab.kubeconfig)
+    assert plan.code == 1, plan.stderr
+    assert ("error: lab-node-0: its annotations would total 400") in plan.stderr
+    apply = run_cli("apply", cwd=fleet, kubeconfig=lab.kubeconfig)
+    assert apply.code == 2, apply.stderr
+    assert "lab-node-0: its annotations would total" in apply.stderr
+    assert lab.resource_versions() == before
+
+
+def test_groups_over_the_annotation_budget_are_refused_offline_when_one_implies_the_other(
+    fleet: Path,
+) -> None:
+    groups = fleet / "desired" / "groups"
+    (groups / "gpus.yaml").write_text(GPUS + f"annotations:\n  example.com/a: {'v' * 200_000}\n")
+    everywhere = GPUS.replace("name: gpus", "name: everywhere").replace(
+        '  matchExpressions:\n  - {key: nvidia.com/gpu.present, operator: In, values: ["true"]}\n',
+        "  {}\n",
+    )
+    (groups / "everywhere.yaml").write_text(
+        everywhere.replace('example.com/gpu: "yes"', 'example.com/any: "yes"')
+        + f"annotations:\n  example.com/b: {'w' * 200_000}\n"
+    )
+
+    result = run_cli("validate", cwd=fleet)
+
+    assert result.code == 2
+    assert (
+        "desired/groups/gpus.yaml:11:3: the annotations of a node group gpus selects would "
+        "total 400"
+    ) in result.stderr
+    assert "counted with group everywhere (desired/groups/everywhere.yaml)" in result.stderr
+    # the node file is covered by the group that selects every node
+    assert (
+        "desired/nodes/lab-node-1.yaml" not in result.stderr or "node lab-node-1" in result.stderr
+    )
+
+
 def test_a_selector_on_a_key_desired_sets_is_refused_offline_with_both_places(
     fleet: Path,
 ) -> None:

@@ -205,3 +205,46 @@ def test_server_messages_that_quote_a_value_are_redacted(
     assert "Invalid value: {" in runs[0].stderr and "***" in runs[0].stderr
     assert runs[3].code == 2
     _assert_hidden(runs, [], LIVE, DESIRED)
+
+
+# What follows a Secret's metadata.namespace: a tagged value in each place a Secret's
+# bytes live (data, stringData, kubectl's last-applied annotation).
+TAGGED = [
+    f"stringData:\n  password: !!int {DESIRED}\n",
+    f"data:\n  password: !!bool {DESIRED}\n",
+    f"stringData:\n  password: !!timestamp {DESIRED}\n",
+    f"stringData:\n  password: !!null {DESIRED}\n",
+    f"stringData: !!float {DESIRED}\n",
+    f"  annotations:\n    kubectl.kubernetes.io/last-applied-configuration: !!int {DESIRED}\n",
+]
+
+
+@pytest.mark.parametrize("tagged", TAGGED)
+def test_validate_never_quotes_a_secret_value_its_tag_cannot_hold(
+    workdir: Path, tagged: str
+) -> None:
+    """A tag on a Secret's value is an error at its place, in every format, and the
+    value is not in it: the markdown goes to a public pull-request comment."""
+    (workdir / "desired" / "workloads" / "creds.yaml").write_text(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: cloud-creds\n"
+        f"  namespace: kube-system\n{tagged}"
+    )
+    runs = [
+        run_cli("validate", *output, cwd=workdir)
+        for output in ([], ["-o", "json"], ["-o", "markdown"], ["-o", "wide"])
+    ]
+    for run in runs:
+        assert run.code == 2, run
+    assert "desired/workloads/creds.yaml:" in runs[0].stderr
+    assert "YAML cannot read the value as " in runs[0].stderr
+    _assert_hidden(runs, [], DESIRED)
+
+
+def test_a_tag_on_another_kind_still_quotes_the_value(workdir: Path) -> None:
+    (workdir / "desired" / "workloads" / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: kube-system\n"
+        "data:\n  port: !!int eighty\n"
+    )
+    run = run_cli("validate", cwd=workdir)
+    assert run.code == 2
+    assert 'cm.yaml:7:9: YAML cannot read "eighty" as an integer (!!int)' in run.stderr

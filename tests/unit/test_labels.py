@@ -152,3 +152,10 @@ def test_label_owner_by_nfd_record_and_inventory() -> None:
         provenance.label_owner("example.com/team", nfd, frozenset({"example.com/team"}))
         == provenance.RECONCILE
     )
+
+
+def test_shown_cuts_a_long_value_and_says_its_size() -> None:
+    assert labels.shown("NVIDIA A100") == '"NVIDIA A100"'
+    assert labels.shown("a" * 64) == '"' + "a" * 64 + '"'
+    assert labels.shown("é" * 70, 3) == '"ééé"...(140 bytes)'
+    assert labels.shown("k" * 400, labels.SHOWN_NAME, quote=False) == "k" * 320 + "...(400 bytes)"

@@ -140,7 +140,7 @@ def test_unquoted_non_string_values_are_refused_with_a_quoting_hint(
         ("!!timestamp abc", 'YAML cannot read "abc" as a date (!!timestamp)'),
         ("!!float x", 'YAML cannot read "x" as a number (!!float)'),
         ("!!null gone", 'YAML cannot read "gone" as null (!!null)'),
-        ("9" * 5000, 'YAML cannot read "' + "9" * 64 + '..." as an integer (!!int)'),
+        ("9" * 5000, 'YAML cannot read "' + "9" * 64 + '"...(5000 bytes) as an integer (!!int)'),
     ],
 )
 def test_a_value_its_tag_cannot_hold_is_a_diagnostic(
@@ -445,7 +445,64 @@ def test_matrix_yaml_duplicate_across_files(tree: Path) -> None:
 def test_file_that_is_not_utf8(tree: Path) -> None:
     (tree / "nodes" / "n1.yaml").write_bytes(b"labels: {a: \xff}\n")
 
-    assert only_error(tree).startswith("desired/nodes/n1.yaml: file is not UTF-8 text")
+    assert only_error(tree).startswith("desired/nodes/n1.yaml:1:13: file is not UTF-8 text")
+
+
+@pytest.mark.parametrize(
+    ("area", "content", "where"),
+    [
+        ("nodes/n1.yaml", NODE.format(name="n1", labels="  a.io/x: caf\xc3\xa9\xff\n"), "6:15"),
+        ("nodes/n1.env", "a.io/x=1\r\n\xff=1\r\n", "2:1"),
+        ("drivers/m.csv", "driver_branch,kernel,os_tag\n550,k\x80,ubuntu22.04\n", "2:6"),
+        ("workloads/w.json", '{"a": "\xc3\xa9\xc3\xa9\xfe"}', "1:10"),
+    ],
+)
+def test_a_file_that_is_not_utf8_is_refused_at_its_first_bad_byte(
+    tree: Path, area: str, content: str, where: str
+) -> None:
+    path = tree / area
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content.encode("latin-1"))
+
+    assert only_error(tree) == (
+        f"desired/{area}:{where}: file is not UTF-8 text: the byte here is not UTF-8 "
+        "(invalid start byte): save the file as UTF-8"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "code"),
+    [
+        ('a.io/x: "1"\n# a NUL: \x00\n', "7:12", "0000"),
+        ('a.io/x: "1\x7f"\n', "6:13", "007F"),
+        ('a.io/x: "é"\na.io/y: "\x1b"\n', "7:12", "001B"),
+    ],
+)
+def test_a_control_character_is_refused_where_it_is(
+    tree: Path, text: str, where: str, code: str
+) -> None:
+    node_file(tree, "n1", text)
+
+    assert only_error(tree) == (
+        f"desired/nodes/n1.yaml:{where}: character U+{code} is not allowed in YAML: YAML "
+        "refuses control characters (NUL, DEL, ...) anywhere in a file, quoted or not: remove it"
+    )
+
+
+@pytest.mark.parametrize("break_", ["\u2028", "\u2029", "\x85"])
+def test_positions_count_lines_as_an_editor_does(tree: Path, break_: str) -> None:
+    """YAML reads U+2028, U+2029 and U+0085 as line breaks; an editor shows them inside
+    a line, and that is where a message must point."""
+    node_file(tree, "n1", f'# a note{break_}# more\na.io/x: "1"\na.io/y: 4\n')
+    node_file(tree, "n2", f'a.io/x: "1" # a note{break_}  a.io/x: "2"\n')
+
+    found = errors(tree)
+    assert found[0] == (
+        "desired/nodes/n1.yaml:8:11: labels.a.io/y: must be a string, but YAML reads 4 as "
+        'an integer (4): quote it to keep it exactly as written: "4"'
+    )
+    assert found[1].startswith("desired/nodes/n2.yaml:6:2")  # past the break, on its line
+    assert len(found) == 2
 
 
 def test_missing_desired_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -595,6 +652,102 @@ def test_a_kind_named_node_in_another_api_group_is_not_a_node(tree: Path) -> Non
     assert errors(tree) == []
 
 
+RECONCILE_ANNOTATIONS = [
+    "reconcile.dev/managed-labels",
+    "reconcile.dev/managed-annotations",
+    "reconcile.dev/managed-taints",
+    "reconcile.dev/upgrade-target",
+    "reconcile.dev/upgrade-was-cordoned",
+]
+CONTROLLER_TAINTS = [
+    "node.kubernetes.io/unschedulable",
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/memory-pressure",
+    "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/pid-pressure",
+    "node.kubernetes.io/network-unavailable",
+    "node.cloudprovider.kubernetes.io/uninitialized",
+    "node.cloudprovider.kubernetes.io/shutdown",
+]
+GROUP = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: NodeGroup
+metadata:
+  name: pool
+selector:
+  matchLabels: {{pool: a}}
+{facts}"""
+
+
+@pytest.mark.parametrize("kind", ["nodes", "groups"])
+@pytest.mark.parametrize("key", RECONCILE_ANNOTATIONS)
+@pytest.mark.parametrize("value", ['"x"', "null"])
+def test_annotations_reconcile_writes_itself_may_not_be_declared(
+    tree: Path, kind: str, key: str, value: str
+) -> None:
+    facts = f"annotations:\n  example.com/owner: ml\n  {key}: {value}\n"
+    if kind == "nodes":
+        write(tree / "nodes" / "n1.yaml", NODE.format(name="n1", labels='  a.io/x: "1"\n') + facts)
+        where = "desired/nodes/n1.yaml:9:3"
+    else:
+        write(tree / "groups" / "pool.yaml", GROUP.format(facts=facts))
+        where = "desired/groups/pool.yaml:9:3"
+
+    message = only_error(tree)
+
+    assert message.startswith(f'{where}: annotation key "{key}" may not be declared: ')
+    instead = "run `reconcile upgrade` instead" if "upgrade" in key else "declare the facts"
+    assert instead in message
+
+
+@pytest.mark.parametrize("kind", ["nodes", "groups"])
+@pytest.mark.parametrize("key", CONTROLLER_TAINTS)
+@pytest.mark.parametrize("absent", [False, True])
+def test_taints_kubernetes_controllers_own_may_not_be_declared(
+    tree: Path, kind: str, key: str, absent: bool
+) -> None:
+    taint = f"{{key: {key}, effect: NoSchedule{', absent: true' if absent else ''}}}"
+    facts = f"taints:\n- {{key: example.com/gpu, effect: NoSchedule}}\n- {taint}\n"
+    if kind == "nodes":
+        write(tree / "nodes" / "n1.yaml", NODE.format(name="n1", labels='  a.io/x: "1"\n') + facts)
+        where = "desired/nodes/n1.yaml:9:9"
+    else:
+        write(tree / "groups" / "pool.yaml", GROUP.format(facts=facts))
+        where = "desired/groups/pool.yaml:9:9"
+
+    message = only_error(tree)
+
+    assert message.startswith(f'{where}: taints.1.key: taint key "{key}" may not be declared: ')
+    assert "kubectl cordon" in message
+
+
+def test_taints_an_administrator_sets_stay_allowed(tree: Path) -> None:
+    write(
+        tree / "nodes" / "n1.yaml",
+        NODE.format(name="n1", labels='  a.io/x: "1"\n')
+        + "taints:\n- {key: node.kubernetes.io/out-of-service, effect: NoExecute}\n"
+        + "- {key: nvidia.com/gpu, effect: NoSchedule}\n",
+    )
+
+    state, problems = load_desired(tree)
+
+    assert problems == []
+    assert set(state.nodes["n1"].taints) == {
+        "node.kubernetes.io/out-of-service:NoExecute",
+        "nvidia.com/gpu:NoSchedule",
+    }
+
+
+def test_the_reserved_annotations_are_the_ones_reconcile_writes() -> None:
+    from reconcile.desired.reserved import RECONCILE_ANNOTATIONS as RESERVED
+    from reconcile.engine.facts import INVENTORIES
+    from reconcile.gpu.upgrade import CORDONED_ANNOTATION, TARGET_ANNOTATION
+
+    assert set(RESERVED) == {*INVENTORIES, TARGET_ANNOTATION, CORDONED_ANNOTATION}
+    assert sorted(RESERVED) == sorted(RECONCILE_ANNOTATIONS)
+
+
 def test_node_role_labels_stay_allowed(tree: Path) -> None:
     node_file(tree, "n1", 'node-role.kubernetes.io/gpu: ""\nnode-role.kubernetes.io/worker: null\n')
 
@@ -634,3 +787,200 @@ def test_one_object_in_two_versions_of_its_group_is_declared_twice(tree: Path) -
         GATEWAYS.replace("gateway.networking.k8s.io/v1", "networking.istio.io/v1beta1"),
     )
     assert "Gateway/default/edge is declared twice" in only_error(tree)
+
+
+def test_a_fleet_file_that_is_not_utf8_is_refused_at_its_first_bad_byte(tree: Path) -> None:
+    from reconcile.desired import fleet
+
+    (tree / "clusters.yaml").write_bytes(b"kind: Fleet\nmetadata:\n  name: f\xe9\n")
+
+    _, _, problems = fleet.load(tree)
+
+    assert [str(p) for p in problems] == [
+        "desired/clusters.yaml:3:10: file is not UTF-8 text: the byte here is not UTF-8 "
+        "(invalid continuation byte): save the file as UTF-8"
+    ]
+
+
+HUGE = 5_000_000
+
+
+@pytest.mark.parametrize(
+    ("area", "content", "expected"),
+    [
+        (
+            "nodes/n1.yaml",
+            NODE.format(name="n1", labels=f"  a.io/x: {'v' * HUGE}\n"),
+            'desired/nodes/n1.yaml:6:11: labels.a.io/x: invalid label value "'
+            + "v" * 64
+            + f'"...({HUGE} bytes): must be no more than 63 bytes (sanitized: "'
+            + "v" * 63
+            + '")',
+        ),
+        (
+            "nodes/n1.yaml",
+            NODE.format(name="n1", labels=f"  a.io/x: {'7' * 4000}\n"),
+            "desired/nodes/n1.yaml:6:11: labels.a.io/x: must be a string, but YAML reads "
+            + "7" * 64
+            + "...(4000 bytes) as an integer ("
+            + "7" * 64
+            + "...(4000 bytes)): quote it",
+        ),
+        (
+            "nodes/n1.env",
+            f"a.io/{'k' * HUGE}=1\n",
+            'desired/nodes/n1.env:1:1: invalid label key "a.io/'
+            + "k" * 315
+            + f'"...({HUGE + 5} bytes)',
+        ),
+        (
+            "workloads/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: d\n"
+            f"  labels:\n    a.io/x: {'w' * HUGE}\n",
+            'desired/workloads/cm.yaml:7:5: ConfigMap "c" is invalid: metadata.labels: Invalid '
+            'value: "' + "w" * 320 + f'"...({HUGE} bytes): must be no more than 63 bytes',
+        ),
+        (
+            "nodes/n1.yaml",
+            NODE.format(name="n1", labels="  a.io/x: x\n")
+            + f"taints:\n- {{key: a.io/t, effect: {'E' * HUGE}}}\n",
+            'desired/nodes/n1.yaml:8:25: taints.0.effect: Unsupported value: "'
+            + "E" * 64
+            + f'"...({HUGE} bytes): supported values: "NoExecute"',
+        ),
+        (
+            "nodes/n1.yaml",
+            NODE.format(name="n1", labels="  a.io/x: x\n") + f"? {'f' * HUGE}\n: 1\n",
+            f"desired/nodes/n1.yaml:7:3: unknown field '{'f' * 320}...({HUGE} bytes)': allowed here",
+        ),
+    ],
+)
+def test_a_huge_value_is_never_echoed_whole(
+    tree: Path, area: str, content: str, expected: str
+) -> None:
+    """Cut after its first characters, its size said: the message stays a line."""
+    path = tree / area
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+
+    message = only_error(tree)
+
+    assert message.startswith(expected)
+    assert len(message) < 2000
+
+
+def test_values_of_normal_size_are_shown_whole(tree: Path) -> None:
+    node_file(tree, "n1", f'a.io/x: "{"v" * 64}"\n')
+
+    assert only_error(tree).startswith(
+        f'desired/nodes/n1.yaml:6:11: labels.a.io/x: invalid label value "{"v" * 64}": '
+    )
+
+
+def _group(tree: Path, name: str, selector: str, annotation: str, size: int) -> None:
+    write(
+        tree / "groups" / f"{name}.yaml",
+        GROUP.format(facts=f"annotations:\n  {annotation}: {'v' * size}\n")
+        .replace("name: pool", f"name: {name}")
+        .replace("  matchLabels: {pool: a}\n", selector),
+    )
+
+
+@pytest.mark.parametrize(
+    ("narrow", "wide", "known"),
+    [
+        ("  matchLabels: {pool: a}\n", "  {}\n", True),
+        ("  matchLabels: {pool: a}\n", "  matchLabels: {pool: a}\n", True),
+        ("  matchLabels: {pool: a, gpu: x}\n", "  matchLabels: {pool: a}\n", True),
+        (
+            "  matchLabels: {pool: a}\n",
+            "  matchExpressions: [{key: pool, operator: In, values: [a, b]}]\n",
+            True,
+        ),
+        (
+            "  matchLabels: {pool: a}\n",
+            "  matchExpressions: [{key: pool, operator: Exists}]\n",
+            True,
+        ),
+        (
+            "  matchLabels: {pool: a}\n",
+            "  matchExpressions: [{key: pool, operator: NotIn, values: [b]}]\n",
+            True,
+        ),
+        ("  matchLabels: {pool: a}\n", "  matchLabels: {gpu: x}\n", False),
+        ("  matchLabels: {pool: a}\n", "  matchLabels: {pool: b}\n", False),
+    ],
+)
+def test_the_annotation_budget_is_counted_across_groups_that_certainly_overlap(
+    tree: Path, narrow: str, wide: str, known: bool
+) -> None:
+    _group(tree, "narrow", narrow, "example.com/a", 150_000)
+    _group(tree, "wide", wide, "example.com/b", 150_000)
+
+    found = [e for e in errors(tree) if e.startswith("desired/groups/narrow.yaml")]
+
+    if known:
+        [message] = found
+        assert message.startswith(
+            "desired/groups/narrow.yaml:8:3: the annotations of a node group narrow selects "
+            "would total 300"
+        )
+        assert "counted with group wide (desired/groups/wide.yaml)" in message
+    else:
+        assert found == []  # known only on the live nodes: plan checks each
+
+
+def test_the_annotation_budget_of_a_node_counts_groups_that_select_every_node(
+    tree: Path,
+) -> None:
+    _group(tree, "everywhere", "  {}\n", "example.com/b", 150_000)
+    write(
+        tree / "nodes" / "n1.yaml",
+        NODE.format(name="n1", labels='  a.io/x: "1"\n')
+        + f"annotations:\n  example.com/a: {'v' * 150_000}\n",
+    )
+
+    assert errors(tree) == [
+        "desired/nodes/n1.yaml:8:3: the annotations of node n1 would total 300"
+        + str(
+            len("example.com/a")
+            + len("example.com/b")
+            + len("reconcile.dev/managed-labels")
+            + len("a.io/x")
+            + len("reconcile.dev/managed-annotations")
+            + len("example.com/a,example.com/b")
+        ).rjust(3, "0")
+        + " bytes, over the API server's limit of 262144: counted with group everywhere "
+        "(desired/groups/everywhere.yaml) (whose selectors take in every node it selects) and "
+        "reconcile's inventories: the API server would refuse every update of the node "
+        "(metadata.annotations: Too long); declare less"
+    ]
+
+
+def test_the_annotation_budget_counts_reconciles_inventories(tree: Path) -> None:
+    key = "example.com/a"
+    room = 256 * 1024 - len(key)
+    write(
+        tree / "nodes" / "n1.yaml",
+        NODE.format(name="n1", labels='  a.io/x: "1"\n') + f"annotations:\n  {key}: {'v' * room}\n",
+    )
+
+    [message] = errors(tree)
+
+    assert message.startswith("desired/nodes/n1.yaml:8:3: the annotations of node n1 would total")
+
+
+def test_a_manifests_annotations_are_counted_in_bytes_as_the_api_server_counts_them(
+    tree: Path,
+) -> None:
+    value = "é" * (128 * 1024)  # 131,072 characters, 262,144 bytes
+    write(
+        tree / "workloads" / "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: d\n"
+        f"  annotations:\n    a: {value}\n",
+    )
+
+    assert only_error(tree) == (
+        'desired/workloads/cm.yaml:7:5: ConfigMap "c" is invalid: metadata.annotations: '
+        "Too long: may not be more than 262144 bytes"
+    )

@@ -153,6 +153,27 @@ def test_prune_never_removes_a_label_the_kubelet_owns_whatever_the_inventory_say
     assert plan.inventory == ("a.io/x",)
 
 
+def test_prune_never_removes_a_controllers_taint_or_a_rollouts_mark() -> None:
+    node = LiveNode(
+        name="n1",
+        resource_version="1",
+        labels={"a.io/x": "0"},
+        annotations={
+            INVENTORY_ANNOTATION: "a.io/x",
+            "reconcile.dev/managed-taints": "node.kubernetes.io/unschedulable:NoSchedule",
+            "reconcile.dev/managed-annotations": "reconcile.dev/upgrade-target",
+            "reconcile.dev/upgrade-target": "550.90.07",
+        },
+        taints=({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},),
+    )
+    state = desired(n1={"a.io/x": "1"})
+
+    assert build_plan(state, [node]).prunable == ()
+    [plan] = build_plan(state, [node], prune=True).nodes
+    assert [(c.key, c.action) for c in plan.changes] == [("a.io/x", Action.UPDATE)]
+    assert plan.inventory == ("a.io/x",)
+
+
 def test_without_prune_the_inventory_keeps_undeclared_keys_for_later() -> None:
     node = live("n1", {"a.io/x": "0", "a.io/old": "1"}, **{INVENTORY_ANNOTATION: "a.io/old,a.io/x"})
     [plan] = build_plan(desired(n1={"a.io/x": "1"}), [node]).nodes
@@ -768,3 +789,47 @@ def test_apply_never_deletes_a_node_whatever_the_plan_says() -> None:
     cluster = _DeletesAnything()
     [result] = apply_objects(Plan(objects=(node,)), cluster, saved=True)  # type: ignore[arg-type]
     assert (result.error, cluster.deleted) == ("a Node is never pruned", [])
+
+
+def test_groups_that_disagree_on_a_huge_annotation_are_named_without_echoing_it() -> None:
+    from reconcile.desired.models import DesiredGroup, LabelSelector
+    from reconcile.engine.groups import GroupConflict
+
+    def group(name: str, value: str) -> DesiredGroup:
+        facts = DesiredNode(
+            name, {}, Source(f"desired/groups/{name}.yaml", 4, 9), annotations={"a.io/n": value}
+        )
+        return DesiredGroup(name, LabelSelector(matchLabels={"pool": "a"}), facts)
+
+    state = DesiredState(groups=(group("a", "x" * 200_000), group("b", "y")))
+
+    with pytest.raises(GroupConflict) as raised:
+        build_plan(state, [live("n1", {"pool": "a"})])
+
+    message = str(raised.value)
+    assert f"group a (desired/groups/a.yaml) says '{'x' * 63}...(200002 bytes)" in message
+    assert "group b (desired/groups/b.yaml) says 'y'" in message
+    assert len(message) < 1000
+
+
+def test_a_node_over_the_annotation_budget_after_apply_is_a_blocking_finding() -> None:
+    from reconcile.engine.budget import annotation_budget_check
+
+    limit = 256 * 1024
+    near = {"example.com/big": "v" * (limit - len("example.com/big") - 10)}
+    nodes = [live("full", {}, **near), live("roomy", {})]
+    state = desired(full={"a.io/new": "1"}, roomy={"a.io/new": "1"})
+    plan = build_plan(state, nodes)
+
+    findings = annotation_budget_check(Projection(state, nodes, plan.nodes))
+
+    [finding] = findings
+    assert (finding.subject, finding.kind, finding.blocksApply) == (
+        "full",
+        "annotations-too-long",
+        True,
+    )
+    # the label inventory the write adds is what goes over
+    assert finding.message.startswith(
+        f"its annotations would total {limit - 10 + len(INVENTORY_ANNOTATION) + 8} bytes"
+    )

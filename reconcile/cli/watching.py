@@ -20,10 +20,10 @@ from reconcile import diagnostics as diag
 from reconcile.cli.app import (
     Globals,
     common_options,
-    desired_problems,
     duration,
     errors_to_exit_codes,
     fail,
+    load_tree,
     main,
     outputs,
     stdout,
@@ -39,6 +39,13 @@ if TYPE_CHECKING:
     from reconcile.engine.plan import ObjectPlan
 
 
+def _fleet_refused(g: Globals) -> str:
+    return (
+        f"{g.desired}/clusters.yaml declares a fleet: watch follows one cluster; run one "
+        "watch per cluster, each in its own cluster (the overlay's tree)"
+    )
+
+
 class _Tree:
     """desired/ on disk, looked at without parsing until something changed."""
 
@@ -51,7 +58,12 @@ class _Tree:
         return fingerprint(self.g.desired)
 
     def load(self) -> tuple[DesiredState, list[diag.Diagnostic]]:
-        return desired_problems(self.g, coverage_check=False)
+        """The one tree of desired/ and its problems; a fleet is one (watch follows one
+        cluster), so a tree that becomes a fleet is never taken for an empty one."""
+        loaded = load_tree(self.g, coverage_check=False)
+        if loaded.fleet is None:
+            return loaded.state, loaded.problems
+        return loaded.state, [*loaded.problems, diag.error(_fleet_refused(self.g))]
 
 
 def _now() -> str:
@@ -336,10 +348,7 @@ def watch(
     if prune and not correct:
         fail("--prune removes labels: it needs --correct")
     if (g.desired / "clusters.yaml").is_file():
-        fail(
-            f"{g.desired}/clusters.yaml declares a fleet: watch follows one cluster; run one "
-            "watch per cluster, each in its own cluster (the overlay's tree)"
-        )
+        fail(_fleet_refused(g))
     namespace, _, lease_name = lease.partition("/")
     if not namespace or not lease_name:
         fail(f"--lease {lease!r} is not NAMESPACE/NAME")

@@ -5,7 +5,9 @@ re-plans that one node against the desired/ tree in force. Workload objects are
 re-planned on a resync interval and whenever the tree changes. A new tree that does not
 validate is reported and the last valid one stays in force: nothing is ever corrected
 toward an invalid tree, nor toward a tree whose full plan has a finding that blocks
-`apply` (a stranded workload, a missing driver image, an object the server rejects).
+`apply` (a stranded workload, a missing driver image, an object the server rejects). A
+tree that declares nothing at all is taken for an invalid one (a checkout in progress or
+an emptied volume looks like that), unless an empty tree was allowed (`allow_empty_prune`).
 
 Corrections (`correct`) are `apply`'s own one-request writes with their resourceVersion
 precondition. A fact corrected more than `flap_limit` times in `flap_window` on a node is
@@ -92,7 +94,8 @@ class WatchObserver(Protocol):
         """Another writer keeps undoing a correction: left alone for `backoff` seconds."""
 
     def tree(self, digest: str, problems: Sequence[Diagnostic]) -> None:
-        """A new desired/ tree was read: in force when `problems` holds no error."""
+        """A new desired/ tree was read: in force when `problems` holds no error (also
+        when it is the tree in force again, after an invalid one)."""
 
     def blocked(self, findings: Sequence[str]) -> None:
         """The tree in force has findings that block corrections (empty: none now)."""
@@ -213,6 +216,7 @@ class Watcher:
         self.state = DesiredState()
         self.policy: NodePolicy | None = None
         self.fingerprint: object = None
+        self.tree_valid = True  # the newest tree read is the one in force
         self.prune = request.planning.prune  # off for a tree whose prune was refused
         self.blocking: list[str] = []
         self.node_drift: dict[str, tuple[NodeChange, ...]] = {}
@@ -227,7 +231,7 @@ class Watcher:
     def load(self) -> None:
         """Read the tree: InvalidInput when it is invalid (there is no tree to keep)."""
         self.fingerprint = self.trees.fingerprint()
-        state, problems = self.trees.load()
+        state, problems = self._read()
         if diag.has_errors(problems):
             raise diag.InvalidInput(problems)
         self._take(state, problems)
@@ -319,22 +323,45 @@ class Watcher:
 
     # --- the tree ---------------------------------------------------------------------------
 
+    def _read(self) -> tuple[DesiredState, list[Diagnostic]]:
+        """The tree on disk and its problems, an empty tree one of them (unless allowed)."""
+        state, problems = self.trees.load()
+        empty = not (state.nodes or state.groups or state.matrix or state.manifests)
+        if empty and not diag.has_errors(problems) and not self.request.planning.allow_empty_prune:
+            problems = [
+                *problems,
+                diag.error(
+                    "desired/ declares nothing",
+                    detail=(
+                        "no node file, group, driver matrix or workload: taken for a checkout "
+                        "in progress or an emptied volume, not as the end of every fact "
+                        "(--allow-empty-prune takes an empty tree)"
+                    ),
+                ),
+            ]
+        return state, problems
+
     def _poll_tree(self) -> bool:
         """True when a new valid tree is in force."""
         fingerprint = self.trees.fingerprint()
         if fingerprint == self.fingerprint:
             return False
         self.fingerprint = fingerprint
-        state, problems = self.trees.load()
+        state, problems = self._read()
         if diag.has_errors(problems):
+            self.tree_valid = False
             self.observer.tree(state.digest, problems)  # the last valid tree stays
             return False
         if state.digest == self.state.digest:
+            if not self.tree_valid:  # the tree in force is back (a bad edit reverted)
+                self.tree_valid = True
+                self.observer.tree(state.digest, problems)
             return False
         self._take(state, problems)
         return True
 
     def _take(self, state: DesiredState, problems: Sequence[Diagnostic]) -> None:
+        self.tree_valid = True
         self.state = state
         self.policy = self.policy_for(state)
         self.prune = self.request.planning.prune

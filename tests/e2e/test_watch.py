@@ -35,7 +35,7 @@ from reconcile.files import fingerprint
 from reconcile.gpu import checks as gpu
 from reconcile.kube.client import Cluster
 from tests.e2e.test_prune_guards import snapshot
-from tests.support import TestCluster, run_cli, wait_for
+from tests.support import REPO, TestCluster, run_cli, wait_for
 
 GPU_COUNT = "nvidia.com/gpu.count"
 
@@ -530,3 +530,86 @@ def test_a_watch_from_a_version_the_server_no_longer_keeps_is_expired(
     with pytest.raises(WatchExpired, match="too old resource version"):
         list(cluster.watch_nodes(version, timeout_seconds=2))
     cluster.close()
+
+
+# --- trees that cannot be followed, and the way back -------------------------------------
+
+
+def metric_of(url: str, name: str) -> float | None:
+    return metric(get(url + "/metrics")[1], name)
+
+
+def ended(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGTERM, then everything the process printed: (stdout, stderr after its first line)."""
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return out, err
+
+
+@pytest.mark.parametrize("becomes", ["a fleet", "an empty directory"])
+def test_a_tree_that_becomes_a_fleet_or_empty_is_invalid_and_the_last_valid_one_stays(
+    lab: TestCluster, workdir: Path, tmp_path: Path, becomes: str
+) -> None:
+    """git-sync swaps in a checkout that is a fleet, or an empty one: never "in force"."""
+    first = workdir / "desired"
+    other = tmp_path / "commit-2"
+    if becomes == "a fleet":
+        shutil.copytree(REPO / "examples" / "fleet" / "desired", other)
+    else:
+        other.mkdir()
+    link = tmp_path / "repo"
+    link.symlink_to(first)
+    args = ("--correct", "--desired", str(link), "--desired-interval", "1s")
+    with command(lab, workdir, *args) as (process, url):
+        eventually(lambda: get(url + "/readyz")[0] == 200, "ready")
+        assert metric_of(url, "reconcile_desired_valid") == 1
+        swap = tmp_path / "repo.new"
+        swap.symlink_to(other)
+        swap.replace(link)
+        eventually(lambda: metric_of(url, "reconcile_desired_valid") == 0, "the invalid tree")
+        # the last valid tree is in force: drift from it is found and corrected
+        lab.label("lab-node-0", **{GPU_COUNT: "7"})
+        eventually(lambda: lab.labels("lab-node-0")[GPU_COUNT] == "4", "the last valid value")
+        swap = tmp_path / "repo.back"
+        swap.symlink_to(first)
+        swap.replace(link)
+        eventually(lambda: metric_of(url, "reconcile_desired_valid") == 1, "the valid tree back")
+        time.sleep(1.5)  # a look at desired/ or more: each is said once
+        out, err = ended(process)
+    said = err.splitlines()
+    reason = "declares a fleet" if becomes == "a fleet" else "declares nothing"
+    assert sum(reason in line for line in said) == 1, err
+    assert sum("the last valid tree stays in force" in line for line in said) == 1, err
+    assert sum(line.endswith(" is in force") for line in said) == 2, err  # at start, back
+    assert f"lab-node-0 {GPU_COUNT} 4" in out
+
+
+def test_a_reverted_bad_edit_makes_the_tree_valid_again(lab: TestCluster, workdir: Path) -> None:
+    node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    valid = node_file.read_text()
+    with command(lab, workdir, "--desired-interval", "1s") as (process, url):
+        eventually(lambda: get(url + "/readyz")[0] == 200, "ready")
+        node_file.write_text(valid.replace('gpu.count: "4"', "gpu.count: [1]"))
+        eventually(lambda: metric_of(url, "reconcile_desired_valid") == 0, "the bad edit")
+        node_file.write_text(valid)
+        eventually(lambda: metric_of(url, "reconcile_desired_valid") == 1, "the revert")
+        time.sleep(1.5)
+        _, err = ended(process)
+    said = err.splitlines()
+    assert sum("the last valid tree stays in force" in line for line in said) == 1, err
+    assert sum(line.endswith(" is in force") for line in said) == 2, err
+
+
+def test_an_empty_tree_is_refused_at_start(lab: TestCluster, workdir: Path) -> None:
+    empty = workdir / "empty"
+    empty.mkdir()
+    before = snapshot(lab)
+    args = ("watch", "--correct", "--desired", str(empty), "--metrics-address", "127.0.0.1:0")
+    result = run_cli(*args, cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert result.code == 2, result.stderr
+    assert "desired/ declares nothing" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: 1 error(s): nothing was changed in the cluster"
+    )
+    assert snapshot(lab) == before

@@ -39,6 +39,11 @@ if TYPE_CHECKING:
     from reconcile.engine.plan import ObjectPlan
 
 
+# The shortest intervals watch takes: below them it would poll as fast as it can (a
+# resync of 0 s re-planned without a pause: thousands of requests a second).
+MINIMUM_INTERVALS = {"--resync": 10.0, "--desired-interval": 1.0, "--watch-timeout": 10.0}
+
+
 def _fleet_refused(g: Globals) -> str:
     return (
         f"{g.desired}/clusters.yaml declares a fleet: watch follows one cluster; run one "
@@ -285,7 +290,7 @@ def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     show_default=True,
     callback=duration,
     metavar="DURATION",
-    help="Re-plan everything (workload objects included) this often.",
+    help="Re-plan everything (workload objects included) this often (at least 10s).",
 )
 @click.option(
     "--desired-interval",
@@ -293,7 +298,8 @@ def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     show_default=True,
     callback=duration,
     metavar="DURATION",
-    help="How often to look for a new desired/ tree (file sizes and times; nothing is sent).",
+    help="How often to look for a new desired/ tree (file sizes and times; nothing is sent; "
+    "at least 1s).",
 )
 @click.option(
     "--metrics-address",
@@ -320,7 +326,7 @@ def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     callback=duration,
     show_default=True,
     metavar="DURATION",
-    help="Renew the watch request this often (the API server ends it then).",
+    help="Renew the watch request this often (the API server ends it then; at least 10s).",
 )
 def watch(
     g: Globals,
@@ -347,6 +353,14 @@ def watch(
 
     if prune and not correct:
         fail("--prune removes labels: it needs --correct")
+    given = {
+        "--resync": resync,
+        "--desired-interval": desired_interval,
+        "--watch-timeout": watch_timeout,
+    }
+    for option, least in MINIMUM_INTERVALS.items():
+        if given[option] < least:
+            fail(f"{option} must be at least {least:g}s")
     if (g.desired / "clusters.yaml").is_file():
         fail(_fleet_refused(g))
     namespace, _, lease_name = lease.partition("/")

@@ -367,6 +367,10 @@ def test_a_standby_replica_reports_and_never_writes(lab: TestCluster, workdir: P
             ("--metrics-address", "nonsense"),
             "error: --metrics-address 'nonsense' is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)",
         ),
+        (("--resync", "0"), "error: --resync must be at least 10s"),
+        (("--resync", "9.5s"), "error: --resync must be at least 10s"),
+        (("--desired-interval", "0"), "error: --desired-interval must be at least 1s"),
+        (("--watch-timeout", "500ms"), "error: --watch-timeout must be at least 10s"),
     ],
 )
 def test_watch_refuses_bad_options(

@@ -347,7 +347,7 @@ def watch(
     until SIGTERM or Ctrl-C, then exits 0."""
     from reconcile.desired.models import DesiredState
     from reconcile.engine import operations
-    from reconcile.engine.leader import LeaderElector
+    from reconcile.engine.leader import LeaderElector, NoLeaseNamespace
     from reconcile.engine.watch import Watcher, WatchRequest
     from reconcile.gpu import checks as gpu
 
@@ -408,7 +408,12 @@ def watch(
                 if now:
                     watcher.replan_soon("this replica holds the lease")
 
-            elector.try_acquire_or_renew()
+            try:  # the first request: nothing is read or written before it
+                elector.try_acquire_or_renew()
+            except NoLeaseNamespace as error:
+                fail(
+                    f"--lease {lease}: {error}: create it, or name a Lease in a namespace that exists"
+                )
             elector.on_change = leading
             metrics.leader.set(1 if elector.leading else 0)
             threading.Thread(target=elector.run, args=(stop,), daemon=True).start()

@@ -617,3 +617,30 @@ def test_an_empty_tree_is_refused_at_start(lab: TestCluster, workdir: Path) -> N
         "error: 1 error(s): nothing was changed in the cluster"
     )
     assert snapshot(lab) == before
+
+
+def test_a_lease_namespace_that_does_not_exist_is_an_error_at_start(
+    lab: TestCluster, workdir: Path
+) -> None:
+    namespace = f"nosuch-{uuid.uuid4().hex[:8]}"
+    before = snapshot(lab)
+    if lab.sandbox is not None:
+        lab.sandbox.clear_requests()
+    result = run_cli(
+        *("watch", "--correct", "--leader-elect", "--lease", f"{namespace}/reconcile"),
+        *("--metrics-address", "127.0.0.1:0"),
+        cwd=workdir,
+        kubeconfig=lab.kubeconfig,
+        process=True,
+        timeout=30,
+    )
+    assert (result.code, result.stderr.strip().splitlines()[-1]) == (
+        2,
+        f"error: --lease {namespace}/reconcile: the namespace {namespace} does not exist: "
+        "create it, or name a Lease in a namespace that exists",
+    )
+    assert result.stdout == ""
+    assert snapshot(lab) == before
+    if lab.sandbox is not None:  # the Lease was the first thing asked for, and the last
+        asked = {r.resource for r in lab.sandbox.requests if r.agent == "reconcile"}
+        assert asked == {"leases"}

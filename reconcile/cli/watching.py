@@ -26,6 +26,7 @@ from reconcile.cli.app import (
     load_tree,
     main,
     outputs,
+    parallel_option,
     stdout,
 )
 from reconcile.cli.output import EXIT_OK, Format, log, node_line, object_lines
@@ -284,6 +285,7 @@ def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     is_flag=True,
     help="With --correct: take back fields another field manager took (server-side apply force).",
 )
+@parallel_option
 @click.option(
     "--resync",
     default="10m",
@@ -335,6 +337,7 @@ def watch(
     allow_empty_prune: bool,
     allow_missing_image: bool,
     force_conflicts: bool,
+    parallel: int,
     resync: float,
     desired_interval: float,
     metrics_address: str,
@@ -343,8 +346,8 @@ def watch(
     watch_timeout: float,
 ) -> None:
     """Follow the nodes and report each drift as it appears: `<time> <node> <key> <value>`.
-    With --correct, fix it with apply's guarded write and print the lines changed. Runs
-    until SIGTERM or Ctrl-C, then exits 0."""
+    With --correct, fix it with apply's guarded write and print the lines changed (a full
+    plan's corrections --parallel at a time). Runs until SIGTERM or Ctrl-C, then exits 0."""
     from reconcile.desired.models import DesiredState
     from reconcile.engine import operations
     from reconcile.engine.leader import LeaderElector, NoLeaseNamespace
@@ -385,6 +388,7 @@ def watch(
             ),
             correct=correct,
             allow_refused=allow_missing_image,
+            parallel=parallel,
             resync=resync,
             desired_interval=desired_interval,
             watch_timeout=max(1, round(watch_timeout)),
@@ -425,7 +429,7 @@ def watch(
 
         previous = {n: signal.signal(n, on_signal) for n in (signal.SIGINT, signal.SIGTERM)}
         try:
-            watcher.start()
+            watcher.start(stop)
             watcher.run(stop)
         finally:
             stop.set()

@@ -8,6 +8,7 @@ endpoint are the point."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +36,11 @@ from reconcile.engine.watch import Watcher, WatchRequest
 from reconcile.files import fingerprint
 from reconcile.gpu import checks as gpu
 from reconcile.kube.client import Cluster
+from reconcile.sandbox import FaultInjector
+from reconcile.sandbox.server import Route
+from tests.conftest import ClusterFactory
 from tests.e2e.test_prune_guards import snapshot
-from tests.support import REPO, TestCluster, run_cli, wait_for
+from tests.support import REPO, TestCluster, lab_objects, run_cli, wait_for
 
 GPU_COUNT = "nvidia.com/gpu.count"
 
@@ -644,3 +649,113 @@ def test_a_lease_namespace_that_does_not_exist_is_an_error_at_start(
     if lab.sandbox is not None:  # the Lease was the first thing asked for, and the last
         asked = {r.resource for r in lab.sandbox.requests if r.agent == "reconcile"}
         assert asked == {"leases"}
+
+
+# --- a backlog ------------------------------------------------------------------------------
+
+
+BACKLOG = 24
+TIER = "example.com/tier"
+
+
+class InFlight(FaultInjector):
+    """Holds each node write and Event a moment, counting how many are in flight at once."""
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+        self.lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+        self.started = 0
+
+    def before(self, method: str, route: Route | None) -> None:
+        writes = {("PATCH", "nodes"), ("POST", "events")}
+        if route is not None and (method, route.resource.plural) in writes:
+            with self.lock:
+                self.now += 1
+                self.started += 1
+                self.peak = max(self.peak, self.now)
+            time.sleep(self.hold)
+            with self.lock:
+                self.now -= 1
+
+
+def backlog_cluster(make_cluster: ClusterFactory, workdir: Path) -> TestCluster:
+    """The lab and BACKLOG more nodes of a pool whose group says tier gold: all bronze."""
+    nodes = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": f"backlog-{i:02d}",
+                "labels": {"example.com/pool": "backlog", TIER: "bronze"},
+            },
+        }
+        for i in range(BACKLOG)
+    ]
+    (workdir / "desired" / "groups").mkdir(exist_ok=True)
+    (workdir / "desired" / "groups" / "backlog.yaml").write_text(
+        "apiVersion: reconcile.dev/v1alpha1\nkind: NodeGroup\nmetadata: {name: backlog}\n"
+        "selector: {matchLabels: {example.com/pool: backlog}}\n"
+        f"labels: {{{TIER}: gold}}\n"
+    )
+    return make_cluster(lab_objects("lab") + nodes)
+
+
+def tiers(cluster: TestCluster) -> dict[str, str]:
+    return {
+        f"backlog-{i:02d}": cluster.labels(f"backlog-{i:02d}").get(TIER, "") for i in range(BACKLOG)
+    }
+
+
+def test_a_backlog_is_corrected_in_parallel_each_node_once_with_its_event(
+    make_cluster: ClusterFactory, workdir: Path
+) -> None:
+    cluster = backlog_cluster(make_cluster, workdir)
+    counted = InFlight(0.05)
+    if cluster.sandbox is not None:
+        cluster.sandbox.set_faults(counted)
+    with command(cluster, workdir, "--correct", "--parallel", "3", "-o", "json") as (process, url):
+        eventually(lambda: set(tiers(cluster).values()) == {"gold"}, "the backlog corrected")
+        eventually(lambda: get(url + "/readyz")[0] == 200, "ready")
+        assert metric_of(url, 'reconcile_drift{kind="label"}') == 0
+        assert metric_of(url, "reconcile_corrections_total") == BACKLOG + 1
+        out, _ = ended(process)
+    records = [json.loads(line) for line in out.splitlines()]
+    corrected = sorted(r["node"] for r in records if r["event"] == "corrected")
+    assert corrected == sorted(["lab-node-1", *tiers(cluster)])  # each node once
+    assert all(r["event"] == "corrected" for r in records)
+    status, events = cluster.raw("GET", "/apis/events.k8s.io/v1/namespaces/default/events")
+    assert status == 200, events
+    noted = Counter(
+        e["regarding"]["name"]
+        for e in events["items"]
+        if e.get("reason") == "DriftCorrected" and e["note"] == f"{TIER}: bronze -> gold"
+    )
+    assert noted == Counter(list(tiers(cluster)))  # one Event a node
+    if cluster.sandbox is not None:
+        # 25 PATCHes and 25 Events, three writers: never more than three in flight
+        assert counted.started == 2 * (BACKLOG + 1)
+        assert counted.peak == 3
+
+
+def test_sigterm_during_a_backlog_lets_the_writes_in_flight_finish(
+    make_cluster: ClusterFactory, workdir: Path
+) -> None:
+    cluster = backlog_cluster(make_cluster, workdir)
+    if cluster.sandbox is None:
+        pytest.skip("holds the sandbox's answers to stop in the middle of the backlog")
+    counted = InFlight(0.2)
+    cluster.sandbox.set_faults(counted)
+    with command(cluster, workdir, "--correct", "--parallel", "2", "-o", "json") as (process, _):
+        eventually(lambda: counted.started >= 4, "the first writes")
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    corrected = {r["node"] for r in records if r["event"] == "corrected"}
+    now = tiers(cluster)
+    done = {name for name, tier in now.items() if tier == "gold"}
+    assert done == corrected - {"lab-node-1"}  # each write that started finished, and said so
+    assert 1 <= len(done) < BACKLOG  # and none started after the signal
+    assert {r["node"] for r in records if r["event"] == "drift"} >= set(now) - done

@@ -189,6 +189,17 @@ def duration(ctx: click.Context, param: click.Parameter, value: str) -> float:
     return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
+def parallel_option(command: F) -> F:
+    """--parallel, as every command that writes many nodes takes it."""
+    return click.option(
+        "--parallel",
+        type=click.IntRange(1, 64),
+        default=8,
+        show_default=True,
+        help="Nodes written at once: never more requests than this in flight.",
+    )(command)
+
+
 def common_options(command: F) -> F:
     """The options every command takes, gathered into one `Globals` argument `g`."""
 

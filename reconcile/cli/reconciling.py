@@ -28,6 +28,7 @@ from reconcile.cli.app import (
     load_targets,
     main,
     outputs,
+    parallel_option,
     plan_key,
     progress_bar,
     reading_ahead,
@@ -257,13 +258,7 @@ def plan(
     is_flag=True,
     help="Converge nodes onto driver images the support matrix does not list.",
 )
-@click.option(
-    "--parallel",
-    type=click.IntRange(1, 64),
-    default=8,
-    show_default=True,
-    help="Nodes written at once: never more requests than this in flight.",
-)
+@parallel_option
 @_object_options
 @cluster_option
 def apply(

@@ -20,12 +20,13 @@ from reconcile import diagnostics as diag
 from reconcile.cli.app import (
     Globals,
     common_options,
-    desired_problems,
     duration,
     errors_to_exit_codes,
     fail,
+    load_tree,
     main,
     outputs,
+    parallel_option,
     stdout,
 )
 from reconcile.cli.output import EXIT_OK, Format, log, node_line, object_lines
@@ -37,6 +38,18 @@ if TYPE_CHECKING:
     from reconcile.desired.models import DesiredState
     from reconcile.engine.diff import NodeChange
     from reconcile.engine.plan import ObjectPlan
+
+
+# The shortest intervals watch takes: below them it would poll as fast as it can (a
+# resync of 0 s re-planned without a pause: thousands of requests a second).
+MINIMUM_INTERVALS = {"--resync": 10.0, "--desired-interval": 1.0, "--watch-timeout": 10.0}
+
+
+def _fleet_refused(g: Globals) -> str:
+    return (
+        f"{g.desired}/clusters.yaml declares a fleet: watch follows one cluster; run one "
+        "watch per cluster, each in its own cluster (the overlay's tree)"
+    )
 
 
 class _Tree:
@@ -51,7 +64,12 @@ class _Tree:
         return fingerprint(self.g.desired)
 
     def load(self) -> tuple[DesiredState, list[diag.Diagnostic]]:
-        return desired_problems(self.g, coverage_check=False)
+        """The one tree of desired/ and its problems; a fleet is one (watch follows one
+        cluster), so a tree that becomes a fleet is never taken for an empty one."""
+        loaded = load_tree(self.g, coverage_check=False)
+        if loaded.fleet is None:
+            return loaded.state, loaded.problems
+        return loaded.state, [*loaded.problems, diag.error(_fleet_refused(self.g))]
 
 
 def _now() -> str:
@@ -272,13 +290,14 @@ def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     is_flag=True,
     help="With --correct: take back fields another field manager took (server-side apply force).",
 )
+@parallel_option
 @click.option(
     "--resync",
     default="10m",
     show_default=True,
     callback=duration,
     metavar="DURATION",
-    help="Re-plan everything (workload objects included) this often.",
+    help="Re-plan everything (workload objects included) this often (at least 10s).",
 )
 @click.option(
     "--desired-interval",
@@ -286,7 +305,8 @@ def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     show_default=True,
     callback=duration,
     metavar="DURATION",
-    help="How often to look for a new desired/ tree (file sizes and times; nothing is sent).",
+    help="How often to look for a new desired/ tree (file sizes and times; nothing is sent; "
+    "at least 1s).",
 )
 @click.option(
     "--metrics-address",
@@ -313,7 +333,7 @@ def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     callback=duration,
     show_default=True,
     metavar="DURATION",
-    help="Renew the watch request this often (the API server ends it then).",
+    help="Renew the watch request this often (the API server ends it then; at least 10s).",
 )
 def watch(
     g: Globals,
@@ -323,6 +343,7 @@ def watch(
     allow_missing_image: bool,
     allow_evictions: bool,
     force_conflicts: bool,
+    parallel: int,
     resync: float,
     desired_interval: float,
     metrics_address: str,
@@ -331,11 +352,11 @@ def watch(
     watch_timeout: float,
 ) -> None:
     """Follow the nodes and report each drift as it appears: `<time> <node> <key> <value>`.
-    With --correct, fix it with apply's guarded write and print the lines changed. Runs
-    until SIGTERM or Ctrl-C, then exits 0."""
+    With --correct, fix it with apply's guarded write and print the lines changed (a full
+    plan's corrections --parallel at a time). Runs until SIGTERM or Ctrl-C, then exits 0."""
     from reconcile.desired.models import DesiredState
     from reconcile.engine import operations
-    from reconcile.engine.leader import LeaderElector
+    from reconcile.engine.leader import LeaderElector, NoLeaseNamespace
     from reconcile.engine.watch import Watcher, WatchRequest
     from reconcile.gpu import checks as gpu
 
@@ -343,11 +364,16 @@ def watch(
         fail("--prune removes labels: it needs --correct")
     if allow_evictions and not correct:
         fail("--allow-evictions accepts what a correction evicts: it needs --correct")
+    given = {
+        "--resync": resync,
+        "--desired-interval": desired_interval,
+        "--watch-timeout": watch_timeout,
+    }
+    for option, least in MINIMUM_INTERVALS.items():
+        if given[option] < least:
+            fail(f"{option} must be at least {least:g}s")
     if (g.desired / "clusters.yaml").is_file():
-        fail(
-            f"{g.desired}/clusters.yaml declares a fleet: watch follows one cluster; run one "
-            "watch per cluster, each in its own cluster (the overlay's tree)"
-        )
+        fail(_fleet_refused(g))
     namespace, _, lease_name = lease.partition("/")
     if not namespace or not lease_name:
         fail(f"--lease {lease!r} is not NAMESPACE/NAME")
@@ -371,6 +397,7 @@ def watch(
             ),
             correct=correct,
             allow_refused=allow_missing_image,
+            parallel=parallel,
             resync=resync,
             desired_interval=desired_interval,
             watch_timeout=max(1, round(watch_timeout)),
@@ -394,7 +421,12 @@ def watch(
                 if now:
                     watcher.replan_soon("this replica holds the lease")
 
-            elector.try_acquire_or_renew()
+            try:  # the first request: nothing is read or written before it
+                elector.try_acquire_or_renew()
+            except NoLeaseNamespace as error:
+                fail(
+                    f"--lease {lease}: {error}: create it, or name a Lease in a namespace that exists"
+                )
             elector.on_change = leading
             metrics.leader.set(1 if elector.leading else 0)
             threading.Thread(target=elector.run, args=(stop,), daemon=True).start()
@@ -406,7 +438,7 @@ def watch(
 
         previous = {n: signal.signal(n, on_signal) for n in (signal.SIGINT, signal.SIGTERM)}
         try:
-            watcher.start()
+            watcher.start(stop)
             watcher.run(stop)
         finally:
             stop.set()

@@ -178,18 +178,14 @@ def apply_plan(
     def one(node_plan: NodePlan) -> NodeResult | None:
         if should_stop():
             return None  # not started: the next run picks it up
-        refused = refusal(node_plan, allow_refused=allow_refused)
-        if refused is not None:
-            result = refused
-        elif desired is None:
-            result = _apply_saved(node_plan, cluster)
-        else:
-            result = _apply_fresh(
-                node_plan,
-                cluster,
-                lambda live: _replan(desired, live, prune=plan.prune, policy=policy),
-                allow_refused=allow_refused,
-            )
+        result = apply_node(
+            node_plan,
+            cluster,
+            desired=desired,
+            prune=plan.prune,
+            allow_refused=allow_refused,
+            policy=policy,
+        )
         if progress is not None:
             with lock:
                 done[0] += 1
@@ -205,6 +201,31 @@ def apply_plan(
         missingNodes=plan.missingNodes,
         absentNodes=plan.absentNodes,
         skipped=skipped,
+    )
+
+
+def apply_node(
+    node_plan: NodePlan,
+    cluster: NodeWriter,
+    *,
+    desired: DesiredState | None,
+    prune: bool,
+    allow_refused: bool = False,
+    policy: NodePolicy = NO_POLICY,
+) -> NodeResult:
+    """One node of a plan written: one merge PATCH guarded by its resourceVersion. With
+    `desired`, a 409 re-reads the node and re-plans it (written again only if drift is
+    left); without it (a saved plan) a node that moved is stale."""
+    refused = refusal(node_plan, allow_refused=allow_refused)
+    if refused is not None:
+        return refused
+    if desired is None:
+        return _apply_saved(node_plan, cluster)
+    return _apply_fresh(
+        node_plan,
+        cluster,
+        lambda live: _replan(desired, live, prune=prune, policy=policy),
+        allow_refused=allow_refused,
     )
 
 

@@ -5,7 +5,9 @@ The holder renews every `retry_period`; a candidate takes the lease over once th
 it last saw has not changed for `lease_duration` by its own clock (remote timestamps are
 never compared with the local clock, so clock skew cannot hand the lease to two
 holders). A holder that cannot renew within `renew_deadline` stops writing at once.
-Release on shutdown hands the lease on without waiting out its duration.
+Release on shutdown hands the lease on without waiting out its duration. A Lease that
+cannot be created because its namespace does not exist is an error (`NoLeaseNamespace`),
+not a standby that waits for ever.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from typing import Any, Protocol
 from reconcile.diagnostics import Conflict, NotFound, ReconcileError
 
 log = logging.getLogger(__name__)
+
+
+class NoLeaseNamespace(ReconcileError):
+    """The Lease's namespace does not exist: no replica can ever hold it."""
 
 
 class LeaseClient(Protocol):
@@ -85,12 +91,13 @@ class LeaderElector:
             self.on_change(leading)
 
     def try_acquire_or_renew(self) -> bool:
-        """One round: take the lease if free or expired, renew it if ours."""
+        """One round: take the lease if free or expired, renew it if ours. Raises
+        NoLeaseNamespace when the lease is absent and its namespace too."""
         now = self.clock()
         try:
             lease = self.cluster.get_lease(self.namespace, self.name)
             if lease is None:
-                self.cluster.create_lease(self.namespace, self._record(None, taking=True))
+                self._create()
                 return self._won(now)
             spec = lease.get("spec") or {}
             holder = str(spec.get("holderIdentity") or "")
@@ -105,11 +112,21 @@ class LeaderElector:
                 self.namespace, self.name, self._record(lease, taking=holder != self.identity)
             )
             return self._won(now)
+        except NoLeaseNamespace:
+            self._lost()
+            raise
         except (Conflict, NotFound):
             return self._lost()  # another candidate wrote first: try again next round
         except ReconcileError as error:
             log.warning("cannot renew the lease %s/%s: %s", self.namespace, self.name, error)
             return self.leading  # keeps leading until the renew deadline passes
+
+    def _create(self) -> None:
+        try:
+            self.cluster.create_lease(self.namespace, self._record(None, taking=True))
+        except NotFound as error:
+            # A POST to a collection is refused with 404 for want of its namespace only.
+            raise NoLeaseNamespace(f"the namespace {self.namespace} does not exist") from error
 
     def _won(self, now: float) -> bool:
         with self._lock:
@@ -149,7 +166,10 @@ class LeaderElector:
     def run(self, stop: threading.Event) -> None:
         """Acquire and renew until `stop` is set (run it in a thread)."""
         while not stop.is_set():
-            self.try_acquire_or_renew()
+            try:
+                self.try_acquire_or_renew()
+            except NoLeaseNamespace as error:  # deleted since the first round
+                log.warning("cannot take the lease: %s", error)
             stop.wait(self.retry_period)
 
     def release(self) -> None:

@@ -7,12 +7,17 @@ validate is reported and the last valid one stays in force: nothing is ever corr
 toward an invalid tree, nor toward a tree whose full plan has a finding that blocks
 `apply` (running pods a NoExecute taint evicts, a missing driver image, an object the
 server rejects). A node event re-plans that node alone: a correction that would put a
-NoExecute taint on it looks at the node's pods first.
+NoExecute taint on it looks at the node's pods first. A tree that declares nothing at all
+is taken for an invalid one (a checkout in progress or an emptied volume looks like
+that), unless an empty tree was allowed (`allow_empty_prune`).
 
 Corrections (`correct`) are `apply`'s own one-request writes with their resourceVersion
-precondition. A fact corrected more than `flap_limit` times in `flap_window` on a node is
-another writer fighting reconcile: it is left alone for a backoff that doubles each time
-the fight resumes, and reported once per backoff with the writer's name.
+precondition. A full plan's corrections (the first one's, a resync's) go out `parallel`
+at a time, each node's Event right after its write; an event's correction is made at
+once, on the loop's thread. A fact corrected more than `flap_limit` times in
+`flap_window` on a node is another writer fighting reconcile: it is left alone for a
+backoff that doubles each time the fight resumes, and reported once per backoff with the
+writer's name.
 
 In the steady state the only requests are the open watch (renewed every
 `watch_timeout`) and the resync; nothing polls the cluster.
@@ -27,6 +32,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,7 +40,7 @@ from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Diagnostic, EmptyPrune, ReconcileError
 from reconcile.engine import operations, placement
-from reconcile.engine.apply import apply_objects, apply_plan
+from reconcile.engine.apply import NodeResult, apply_node, apply_objects
 from reconcile.engine.checks import Check, NodePolicy, blocking
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact, shown_value, taints_after
@@ -94,7 +100,8 @@ class WatchObserver(Protocol):
         """Another writer keeps undoing a correction: left alone for `backoff` seconds."""
 
     def tree(self, digest: str, problems: Sequence[Diagnostic]) -> None:
-        """A new desired/ tree was read: in force when `problems` holds no error."""
+        """A new desired/ tree was read: in force when `problems` holds no error (also
+        when it is the tree in force again, after an invalid one)."""
 
     def blocked(self, findings: Sequence[str]) -> None:
         """The tree in force has findings that block corrections (empty: none now)."""
@@ -122,6 +129,8 @@ class WatchRequest:
     planning: operations.PlanRequest
     correct: bool = False
     allow_refused: bool = False
+    # Nodes a full plan corrects at once (apply's --parallel): never more writes in flight.
+    parallel: int = 8
     resync: float = 600.0
     desired_interval: float = 5.0
     watch_timeout: int = 300
@@ -140,6 +149,15 @@ class WatchRequest:
 class _Hold:
     until: float
     backoff: float
+
+
+@dataclass(frozen=True)
+class _Correction:
+    """The part of a node's plan to write now, and those of its changes not yet reported."""
+
+    plan: NodePlan
+    live: LiveNode
+    unsaid: tuple[NodeChange, ...]
 
 
 @dataclass(frozen=True)
@@ -215,6 +233,7 @@ class Watcher:
         self.state = DesiredState()
         self.policy: NodePolicy | None = None
         self.fingerprint: object = None
+        self.tree_valid = True  # the newest tree read is the one in force
         self.prune = request.planning.prune  # off for a tree whose prune was refused
         self.blocking: list[str] = []
         self.node_drift: dict[str, tuple[NodeChange, ...]] = {}
@@ -226,26 +245,31 @@ class Watcher:
             request.flap_limit, request.flap_window, request.flap_backoff, request.flap_backoff_max
         )
         self._stream_generation = 0
+        self._stop = threading.Event()  # run()'s: set, no node write is started
 
     # --- the loop ---------------------------------------------------------------------------
 
     def load(self) -> None:
         """Read the tree: InvalidInput when it is invalid (there is no tree to keep)."""
         self.fingerprint = self.trees.fingerprint()
-        state, problems = self.trees.load()
+        state, problems = self._read()
         if diag.has_errors(problems):
             raise diag.InvalidInput(problems)
         self._take(state, problems)
 
-    def start(self) -> None:
-        """List the nodes and make the first full plan (the tree read first if need be)."""
+    def start(self, stop: threading.Event | None = None) -> None:
+        """List the nodes and make the first full plan (the tree read first if need be);
+        once `stop` is set, no further correction is started."""
+        if stop is not None:
+            self._stop = stop
         if self.policy is None:
             self.load()
         self._relist()
         self.observer.ready()
 
     def run(self, stop: threading.Event) -> None:
-        """Follow the nodes until `stop` is set; the write in progress finishes first."""
+        """Follow the nodes until `stop` is set; the writes in progress finish first."""
+        self._stop = stop
         next_resync = self.clock() + self.request.resync
         next_poll = self.clock() + self.request.desired_interval
         while not stop.is_set():
@@ -324,22 +348,45 @@ class Watcher:
 
     # --- the tree ---------------------------------------------------------------------------
 
+    def _read(self) -> tuple[DesiredState, list[Diagnostic]]:
+        """The tree on disk and its problems, an empty tree one of them (unless allowed)."""
+        state, problems = self.trees.load()
+        empty = not (state.nodes or state.groups or state.matrix or state.manifests)
+        if empty and not diag.has_errors(problems) and not self.request.planning.allow_empty_prune:
+            problems = [
+                *problems,
+                diag.error(
+                    "desired/ declares nothing",
+                    detail=(
+                        "no node file, group, driver matrix or workload: taken for a checkout "
+                        "in progress or an emptied volume, not as the end of every fact "
+                        "(--allow-empty-prune takes an empty tree)"
+                    ),
+                ),
+            ]
+        return state, problems
+
     def _poll_tree(self) -> bool:
         """True when a new valid tree is in force."""
         fingerprint = self.trees.fingerprint()
         if fingerprint == self.fingerprint:
             return False
         self.fingerprint = fingerprint
-        state, problems = self.trees.load()
+        state, problems = self._read()
         if diag.has_errors(problems):
+            self.tree_valid = False
             self.observer.tree(state.digest, problems)  # the last valid tree stays
             return False
         if state.digest == self.state.digest:
+            if not self.tree_valid:  # the tree in force is back (a bad edit reverted)
+                self.tree_valid = True
+                self.observer.tree(state.digest, problems)
             return False
         self._take(state, problems)
         return True
 
     def _take(self, state: DesiredState, problems: Sequence[Diagnostic]) -> None:
+        self.tree_valid = True
         self.state = state
         self.policy = self.policy_for(state)
         self.prune = self.request.planning.prune
@@ -370,8 +417,11 @@ class Watcher:
         for name in set(self.node_drift) - set(planned):
             del self.node_drift[name]
         self.evicting.clear()  # the plan's own check saw the pods
-        for node_plan in plan.nodes:
+        corrections = [
             self._settle(node_plan, self.nodes[node_plan.name], checked=True)
+            for node_plan in plan.nodes
+        ]
+        self._correct([c for c in corrections if c is not None])
         self._settle_objects(plan)
         self._synced()
 
@@ -409,15 +459,19 @@ class Watcher:
         if node_plan is None:
             self.node_drift.pop(node.name, None)
         else:
-            self._settle(node_plan, node)
+            correction = self._settle(node_plan, node)
+            if correction is not None:
+                self._correct([correction])
         self._synced()
 
     def _writing(self) -> bool:
         return self.request.correct and not self.blocking and self.may_write()
 
-    def _settle(self, node_plan: NodePlan, live: LiveNode, *, checked: bool = False) -> None:
-        """Report drift not reported yet; correct what may be corrected. A change not
-        `checked` by a full plan's findings that puts a NoExecute taint on the node is
+    def _settle(
+        self, node_plan: NodePlan, live: LiveNode, *, checked: bool = False
+    ) -> _Correction | None:
+        """Report drift not reported yet; what may be corrected (None: nothing). A change
+        not `checked` by a full plan's findings that puts a NoExecute taint on the node is
         corrected only when it evicts no running pod (or --allow-evictions)."""
         before = set(self.node_drift.get(node_plan.name, ()))
         self.node_drift[node_plan.name] = node_plan.changes
@@ -437,8 +491,9 @@ class Watcher:
         if not writing:
             if node_plan.refusal is not None and new:
                 self.observer.failed(node_plan.name, node_plan.refusal)
-            return
-        self._correct(_only(node_plan, writable, live), live)
+            return None
+        unsaid = tuple(c for c in new if c in writable)
+        return _Correction(_only(node_plan, writable, live), live, unsaid)
 
     def _evicts(self, node_plan: NodePlan, live: LiveNode, *, reported: bool) -> bool:
         """Whether the node's changes evict running pods that --allow-evictions did not
@@ -467,35 +522,75 @@ class Watcher:
                 self.observer.failed(finding.subject, f"not corrected: {finding.message}")
         return True
 
-    def _correct(self, node_plan: NodePlan, live: LiveNode) -> None:
+    def _correct(self, corrections: Sequence[_Correction]) -> None:
+        """Write each node (`parallel` at a time when there are several), say what was
+        written as each write ends, then record its Event. Only this thread counts and
+        reports; the workers write the node and its Event, nothing else. Returns once
+        every write started has ended."""
+        if not corrections:
+            return
+        if len(corrections) == 1:  # an event's: no pool to start
+            [one] = corrections
+            outcome = self._write(one.plan)
+            self._corrected(one, outcome)
+            self._record_event(outcome)
+            return
+        written: queue.SimpleQueue[tuple[_Correction, NodeResult | None]] = queue.SimpleQueue()
+
+        def write(correction: _Correction) -> None:
+            outcome = None
+            try:
+                outcome = self._write(correction.plan)
+            finally:
+                written.put((correction, outcome))
+            self._record_event(outcome)  # while this thread's loop says what was written
+
+        workers = min(self.request.parallel, len(corrections))
+        with ThreadPoolExecutor(workers, thread_name_prefix="reconcile-correct") as pool:
+            started = [pool.submit(write, c) for c in corrections]
+            for _ in corrections:
+                self._corrected(*written.get())
+        for future in started:
+            future.result()  # a failure that is not the cluster's (a bug) is not lost
+
+    def _write(self, node_plan: NodePlan) -> NodeResult | None:
+        """One node written with apply's guarded write; None when it was not started
+        (stopping, or this replica may no longer write)."""
         assert self.policy is not None
-        result = apply_plan(
-            Plan(prune=self.prune, nodes=(node_plan,)),
+        if self._stop.is_set() or not self.may_write():
+            return None
+        return apply_node(
+            node_plan,
             self.cluster,
             desired=self.state,
-            policy=self.policy,
+            prune=self.prune,
             allow_refused=self.request.allow_refused,
+            policy=self.policy,
         )
+
+    def _corrected(self, correction: _Correction, outcome: NodeResult | None) -> None:
+        name = correction.plan.name
+        if outcome is None:  # left as drift: said as a standby says it
+            if correction.unsaid:
+                self.observer.drift(name, correction.unsaid)
+            return
+        if outcome.error is not None:
+            self.observer.failed(name, outcome.error)
+            return
+        if not outcome.applied:
+            return
+        self.observer.corrected(name, outcome.applied)
+        left = [c for c in self.node_drift.get(name, ()) if c not in outcome.applied]
+        self.node_drift[name] = tuple(left)
         now = self.clock()
-        for outcome in result.nodes:
-            if outcome.error is not None:
-                self.observer.failed(outcome.name, outcome.error)
-                continue
-            if not outcome.applied:
-                continue
-            self.observer.corrected(outcome.name, outcome.applied)
-            left = [c for c in self.node_drift.get(outcome.name, ()) if c not in outcome.applied]
-            self.node_drift[outcome.name] = tuple(left)
-            self._record_event(outcome.name, outcome.applied)
-            for change in outcome.applied:
-                backoff = self.flaps.corrected(outcome.name, change.shown_key, now)
-                if backoff is not None:
-                    writer = (
-                        live.label_managers.get(change.key) if change.fact is Fact.LABEL else None
-                    )
-                    if writer in (None, FIELD_MANAGER):
-                        writer = "another writer"
-                    self.observer.flap(outcome.name, change.shown_key, str(writer), backoff)
+        for change in outcome.applied:
+            backoff = self.flaps.corrected(name, change.shown_key, now)
+            if backoff is not None:
+                managers = correction.live.label_managers
+                writer = managers.get(change.key) if change.fact is Fact.LABEL else None
+                if writer in (None, FIELD_MANAGER):
+                    writer = "another writer"
+                self.observer.flap(name, change.shown_key, str(writer), backoff)
 
     def _settle_objects(self, plan: Plan) -> None:
         drifted = {obj.id: (obj.action, obj.changes) for obj in plan.objects}
@@ -519,9 +614,13 @@ class Watcher:
             else:
                 self.object_drift.pop(result.id, None)
 
-    def _record_event(self, node: str, changes: Sequence[NodeChange]) -> None:
-        """An events.k8s.io/v1 Event on the node: `kubectl describe node` shows who
-        changed it back. (Node events carry the node's name as its uid, as the kubelet's do.)"""
+    def _record_event(self, outcome: NodeResult | None) -> None:
+        """An events.k8s.io/v1 Event on a node that was corrected: `kubectl describe node`
+        shows who changed it back. (Node events carry the node's name as its uid, as the
+        kubelet's do.)"""
+        if outcome is None or outcome.error is not None or not outcome.applied:
+            return
+        node, changes = outcome.name, outcome.applied
         note = "; ".join(
             f"{c.shown_key}: {shown_value(c.before)} -> {shown_value(c.after)}" for c in changes
         )

@@ -8,6 +8,7 @@ endpoint are the point."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +36,11 @@ from reconcile.engine.watch import Watcher, WatchRequest
 from reconcile.files import fingerprint
 from reconcile.gpu import checks as gpu
 from reconcile.kube.client import Cluster
+from reconcile.sandbox import FaultInjector
+from reconcile.sandbox.server import Route
+from tests.conftest import ClusterFactory
 from tests.e2e.test_prune_guards import snapshot
-from tests.support import TestCluster, run_cli, wait_for
+from tests.support import REPO, TestCluster, lab_objects, run_cli, wait_for
 
 GPU_COUNT = "nvidia.com/gpu.count"
 
@@ -367,6 +372,10 @@ def test_a_standby_replica_reports_and_never_writes(lab: TestCluster, workdir: P
             ("--metrics-address", "nonsense"),
             "error: --metrics-address 'nonsense' is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)",
         ),
+        (("--resync", "0"), "error: --resync must be at least 10s"),
+        (("--resync", "9.5s"), "error: --resync must be at least 10s"),
+        (("--desired-interval", "0"), "error: --desired-interval must be at least 1s"),
+        (("--watch-timeout", "500ms"), "error: --watch-timeout must be at least 10s"),
     ],
 )
 def test_watch_refuses_bad_options(
@@ -530,3 +539,223 @@ def test_a_watch_from_a_version_the_server_no_longer_keeps_is_expired(
     with pytest.raises(WatchExpired, match="too old resource version"):
         list(cluster.watch_nodes(version, timeout_seconds=2))
     cluster.close()
+
+
+# --- trees that cannot be followed, and the way back -------------------------------------
+
+
+def metric_of(url: str, name: str) -> float | None:
+    return metric(get(url + "/metrics")[1], name)
+
+
+def ended(process: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGTERM, then everything the process printed: (stdout, stderr after its first line)."""
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return out, err
+
+
+@pytest.mark.parametrize("becomes", ["a fleet", "an empty directory"])
+def test_a_tree_that_becomes_a_fleet_or_empty_is_invalid_and_the_last_valid_one_stays(
+    lab: TestCluster, workdir: Path, tmp_path: Path, becomes: str
+) -> None:
+    """git-sync swaps in a checkout that is a fleet, or an empty one: never "in force"."""
+    first = workdir / "desired"
+    other = tmp_path / "commit-2"
+    if becomes == "a fleet":
+        shutil.copytree(REPO / "examples" / "fleet" / "desired", other)
+    else:
+        other.mkdir()
+    link = tmp_path / "repo"
+    link.symlink_to(first)
+    args = ("--correct", "--desired", str(link), "--desired-interval", "1s")
+    with command(lab, workdir, *args) as (process, url):
+        eventually(lambda: get(url + "/readyz")[0] == 200, "ready")
+        assert metric_of(url, "reconcile_desired_valid") == 1
+        swap = tmp_path / "repo.new"
+        swap.symlink_to(other)
+        swap.replace(link)
+        eventually(lambda: metric_of(url, "reconcile_desired_valid") == 0, "the invalid tree")
+        # the last valid tree is in force: drift from it is found and corrected
+        lab.label("lab-node-0", **{GPU_COUNT: "7"})
+        eventually(lambda: lab.labels("lab-node-0")[GPU_COUNT] == "4", "the last valid value")
+        swap = tmp_path / "repo.back"
+        swap.symlink_to(first)
+        swap.replace(link)
+        eventually(lambda: metric_of(url, "reconcile_desired_valid") == 1, "the valid tree back")
+        time.sleep(1.5)  # a look at desired/ or more: each is said once
+        out, err = ended(process)
+    said = err.splitlines()
+    reason = "declares a fleet" if becomes == "a fleet" else "declares nothing"
+    assert sum(reason in line for line in said) == 1, err
+    assert sum("the last valid tree stays in force" in line for line in said) == 1, err
+    assert sum(line.endswith(" is in force") for line in said) == 2, err  # at start, back
+    assert f"lab-node-0 {GPU_COUNT} 4" in out
+
+
+def test_a_reverted_bad_edit_makes_the_tree_valid_again(lab: TestCluster, workdir: Path) -> None:
+    node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    valid = node_file.read_text()
+    with command(lab, workdir, "--desired-interval", "1s") as (process, url):
+        eventually(lambda: get(url + "/readyz")[0] == 200, "ready")
+        node_file.write_text(valid.replace('gpu.count: "4"', "gpu.count: [1]"))
+        eventually(lambda: metric_of(url, "reconcile_desired_valid") == 0, "the bad edit")
+        node_file.write_text(valid)
+        eventually(lambda: metric_of(url, "reconcile_desired_valid") == 1, "the revert")
+        time.sleep(1.5)
+        _, err = ended(process)
+    said = err.splitlines()
+    assert sum("the last valid tree stays in force" in line for line in said) == 1, err
+    assert sum(line.endswith(" is in force") for line in said) == 2, err
+
+
+def test_an_empty_tree_is_refused_at_start(lab: TestCluster, workdir: Path) -> None:
+    empty = workdir / "empty"
+    empty.mkdir()
+    before = snapshot(lab)
+    args = ("watch", "--correct", "--desired", str(empty), "--metrics-address", "127.0.0.1:0")
+    result = run_cli(*args, cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert result.code == 2, result.stderr
+    assert "desired/ declares nothing" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: 1 error(s): nothing was changed in the cluster"
+    )
+    assert snapshot(lab) == before
+
+
+def test_a_lease_namespace_that_does_not_exist_is_an_error_at_start(
+    lab: TestCluster, workdir: Path
+) -> None:
+    namespace = f"nosuch-{uuid.uuid4().hex[:8]}"
+    before = snapshot(lab)
+    if lab.sandbox is not None:
+        lab.sandbox.clear_requests()
+    result = run_cli(
+        *("watch", "--correct", "--leader-elect", "--lease", f"{namespace}/reconcile"),
+        *("--metrics-address", "127.0.0.1:0"),
+        cwd=workdir,
+        kubeconfig=lab.kubeconfig,
+        process=True,
+        timeout=30,
+    )
+    assert (result.code, result.stderr.strip().splitlines()[-1]) == (
+        2,
+        f"error: --lease {namespace}/reconcile: the namespace {namespace} does not exist: "
+        "create it, or name a Lease in a namespace that exists",
+    )
+    assert result.stdout == ""
+    assert snapshot(lab) == before
+    if lab.sandbox is not None:  # the Lease was the first thing asked for, and the last
+        asked = {r.resource for r in lab.sandbox.requests if r.agent == "reconcile"}
+        assert asked == {"leases"}
+
+
+# --- a backlog ------------------------------------------------------------------------------
+
+
+BACKLOG = 24
+TIER = "example.com/tier"
+
+
+class InFlight(FaultInjector):
+    """Holds each node write and Event a moment, counting how many are in flight at once."""
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+        self.lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+        self.started = 0
+
+    def before(self, method: str, route: Route | None) -> None:
+        writes = {("PATCH", "nodes"), ("POST", "events")}
+        if route is not None and (method, route.resource.plural) in writes:
+            with self.lock:
+                self.now += 1
+                self.started += 1
+                self.peak = max(self.peak, self.now)
+            time.sleep(self.hold)
+            with self.lock:
+                self.now -= 1
+
+
+def backlog_cluster(make_cluster: ClusterFactory, workdir: Path) -> TestCluster:
+    """The lab and BACKLOG more nodes of a pool whose group says tier gold: all bronze."""
+    nodes = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": f"backlog-{i:02d}",
+                "labels": {"example.com/pool": "backlog", TIER: "bronze"},
+            },
+        }
+        for i in range(BACKLOG)
+    ]
+    (workdir / "desired" / "groups").mkdir(exist_ok=True)
+    (workdir / "desired" / "groups" / "backlog.yaml").write_text(
+        "apiVersion: reconcile.dev/v1alpha1\nkind: NodeGroup\nmetadata: {name: backlog}\n"
+        "selector: {matchLabels: {example.com/pool: backlog}}\n"
+        f"labels: {{{TIER}: gold}}\n"
+    )
+    return make_cluster(lab_objects("lab") + nodes)
+
+
+def tiers(cluster: TestCluster) -> dict[str, str]:
+    return {
+        f"backlog-{i:02d}": cluster.labels(f"backlog-{i:02d}").get(TIER, "") for i in range(BACKLOG)
+    }
+
+
+def test_a_backlog_is_corrected_in_parallel_each_node_once_with_its_event(
+    make_cluster: ClusterFactory, workdir: Path
+) -> None:
+    cluster = backlog_cluster(make_cluster, workdir)
+    counted = InFlight(0.05)
+    if cluster.sandbox is not None:
+        cluster.sandbox.set_faults(counted)
+    with command(cluster, workdir, "--correct", "--parallel", "3", "-o", "json") as (process, url):
+        eventually(lambda: set(tiers(cluster).values()) == {"gold"}, "the backlog corrected")
+        eventually(lambda: get(url + "/readyz")[0] == 200, "ready")
+        assert metric_of(url, 'reconcile_drift{kind="label"}') == 0
+        assert metric_of(url, "reconcile_corrections_total") == BACKLOG + 1
+        out, _ = ended(process)
+    records = [json.loads(line) for line in out.splitlines()]
+    corrected = sorted(r["node"] for r in records if r["event"] == "corrected")
+    assert corrected == sorted(["lab-node-1", *tiers(cluster)])  # each node once
+    assert all(r["event"] == "corrected" for r in records)
+    status, events = cluster.raw("GET", "/apis/events.k8s.io/v1/namespaces/default/events")
+    assert status == 200, events
+    noted = Counter(
+        e["regarding"]["name"]
+        for e in events["items"]
+        if e.get("reason") == "DriftCorrected" and e["note"] == f"{TIER}: bronze -> gold"
+    )
+    assert noted == Counter(list(tiers(cluster)))  # one Event a node
+    if cluster.sandbox is not None:
+        # 25 PATCHes and 25 Events, three writers: never more than three in flight
+        assert counted.started == 2 * (BACKLOG + 1)
+        assert counted.peak == 3
+
+
+def test_sigterm_during_a_backlog_lets_the_writes_in_flight_finish(
+    make_cluster: ClusterFactory, workdir: Path
+) -> None:
+    cluster = backlog_cluster(make_cluster, workdir)
+    if cluster.sandbox is None:
+        pytest.skip("holds the sandbox's answers to stop in the middle of the backlog")
+    counted = InFlight(0.2)
+    cluster.sandbox.set_faults(counted)
+    with command(cluster, workdir, "--correct", "--parallel", "2", "-o", "json") as (process, _):
+        eventually(lambda: counted.started >= 4, "the first writes")
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+    records = [json.loads(line) for line in out.splitlines()]
+    corrected = {r["node"] for r in records if r["event"] == "corrected"}
+    now = tiers(cluster)
+    done = {name for name, tier in now.items() if tier == "gold"}
+    assert done == corrected - {"lab-node-1"}  # each write that started finished, and said so
+    assert 1 <= len(done) < BACKLOG  # and none started after the signal
+    assert {r["node"] for r in records if r["event"] == "drift"} >= set(now) - done

@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reconcile.diagnostics import Conflict
-from reconcile.engine.leader import LeaderElector
+import pytest
+
+from reconcile.diagnostics import Conflict, NotFound
+from reconcile.engine.leader import LeaderElector, NoLeaseNamespace
 from reconcile.engine.watch import _Flaps
 
 
@@ -53,16 +55,19 @@ def test_a_deleted_node_forgets_its_fights() -> None:
 class Leases:
     """A Lease store with the API server's optimistic concurrency (resourceVersion)."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: tuple[str, ...] = ("reconcile-system",)) -> None:
         self.stored: dict[tuple[str, str], dict[str, Any]] = {}
         self.version = 0
         self.down = False
+        self.namespaces = set(namespaces)
 
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         found = self.stored.get((namespace, name))
         return copy.deepcopy(found) if found else None
 
     def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        if namespace not in self.namespaces:
+            raise NotFound(404, "NotFound", f'namespaces "{namespace}" not found')
         key = (namespace, body["metadata"]["name"])
         if key in self.stored:
             raise Conflict(409, "AlreadyExists", "exists")
@@ -149,3 +154,11 @@ def test_a_candidate_that_loses_the_race_to_create_the_lease_stands_by() -> None
     leases.get_lease = real_get  # type: ignore[method-assign]
     assert leases.stored[("reconcile-system", "reconcile")]["spec"]["holderIdentity"] == "a"
     assert winner.leading and not loser.leading
+
+
+def test_a_lease_whose_namespace_does_not_exist_is_an_error_not_a_standby() -> None:
+    leases, clock = Leases(namespaces=()), Clock()
+    a = elector(leases, clock, "a")
+    with pytest.raises(NoLeaseNamespace, match="the namespace reconcile-system does not exist"):
+        a.try_acquire_or_renew()
+    assert not a.leading and not leases.stored

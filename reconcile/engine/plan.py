@@ -16,7 +16,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -54,6 +54,16 @@ INVENTORY_ANNOTATION: Final = LABEL_INVENTORY
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # Fields said in the document only where they hold (left out while None).
+    _omitted_when_none: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        document: dict[str, Any] = handler(self)
+        for field in self._omitted_when_none:
+            if getattr(self, field) is None:
+                document.pop(field, None)
+        return document
 
 
 class NodePlan(_Frozen):
@@ -131,13 +141,7 @@ class ObjectPlan(_Frozen):
     # In its place for a Secret, whose values a plan never holds: the configuration's
     # digest. Apply reads the configuration from desired/ again and checks it against this.
     manifestDigest: str | None = None
-
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        document: dict[str, Any] = handler(self)
-        if self.manifestDigest is None:
-            document.pop("manifestDigest", None)  # only said where it holds
-        return document
+    _omitted_when_none = ("manifestDigest",)
 
     @property
     def identity(self) -> ObjectId:
@@ -203,13 +207,7 @@ class Plan(_Frozen):
     inventory: tuple[str, ...] | None = None
     # An HMAC-SHA256 of `digest` under the plan key (RECONCILE_PLAN_KEY), when one was set.
     signature: str | None = None
-
-    @model_serializer(mode="wrap")
-    def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        document: dict[str, Any] = handler(self)
-        if self.signature is None:
-            document.pop("signature", None)  # only said where it holds
-        return document
+    _omitted_when_none = ("signature",)
 
     @property
     def has_drift(self) -> bool:

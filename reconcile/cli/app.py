@@ -43,6 +43,8 @@ from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError
 if TYPE_CHECKING:
     from reconcile.desired.fleet import DesiredFleet
     from reconcile.desired.models import DesiredState
+    from reconcile.engine.operations import PlanRequest
+    from reconcile.engine.plan import Plan
     from reconcile.kube.client import Cluster
 
 
@@ -323,6 +325,19 @@ class Phases:
         if self.shown:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
+
+
+def gpu_plan(cluster: Cluster, request: PlanRequest, *, quiet: bool = False) -> Plan:
+    """The plan with the GPU domain's policy and checks (gpu.checks.plan): what `plan`
+    and `apply` run, each step shown on a terminal (unless `quiet`: clusters of a fleet
+    are planned at once)."""
+    from reconcile.gpu import checks as gpu
+
+    phases = Phases(shown=not quiet)
+    try:
+        return gpu.plan(request, cluster, phase=phases)
+    finally:
+        phases.done()
 
 
 def progress_bar(noun: str) -> Callable[[int, int], None] | None:

@@ -99,7 +99,7 @@ def plan_fleet(
     plans are signed with `key` when there is one."""
     import dataclasses
 
-    from reconcile.cli.reconciling import gpu_plan
+    from reconcile.cli.app import gpu_plan
     from reconcile.cli.views import render_plan
     from reconcile.engine import fleet as fleets
 

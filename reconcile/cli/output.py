@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Final, TextIO
 from reconcile.engine.facts import shown_value
 
 if TYPE_CHECKING:
-    from reconcile.engine.checks import Finding
     from reconcile.engine.diff import NodeChange
+    from reconcile.engine.findings import Finding
     from reconcile.engine.placement import Placement
     from reconcile.engine.plan import ObjectPlan
     from reconcile.gpu.drivers import AuditFinding

@@ -17,13 +17,13 @@ from reconcile.cli.app import (
     ALL_FORMATS,
     DRIFT_FORMATS,
     Globals,
-    Phases,
     Target,
     common_options,
     desired_problems,
     duration,
     errors_to_exit_codes,
     fail,
+    gpu_plan,
     load_or_fail,
     load_targets,
     main,
@@ -47,7 +47,6 @@ from reconcile.cli.output import (
 if TYPE_CHECKING:
     from reconcile.desired.models import DesiredState
     from reconcile.engine.operations import ApplyRequest, PlanRequest, SavedPlan
-    from reconcile.engine.plan import Plan
     from reconcile.kube.client import Cluster
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -90,26 +89,6 @@ def _plan_request(
         allow_missing_nodes=allow_missing_nodes,
         allow_evictions=allow_evictions,
     )
-
-
-def gpu_plan(cluster: Cluster, request: PlanRequest, *, quiet: bool = False) -> Plan:
-    """The plan operation with the GPU domain's policy and checks: what `plan` and
-    `apply` run, each step shown on a terminal (unless `quiet`: clusters of a fleet are
-    planned at once)."""
-    from reconcile.engine import operations
-    from reconcile.gpu import checks as gpu
-
-    phases = Phases(shown=not quiet)
-    try:
-        return operations.plan(
-            request,
-            cluster,
-            policy=gpu.policy(request.desired),
-            checks=gpu.ALL_CHECKS,
-            phase=phases,
-        )
-    finally:
-        phases.done()
 
 
 def _prune_options(command: F) -> F:

@@ -27,8 +27,8 @@ from typing import Any, Final, Protocol
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
-from reconcile.engine.checks import NO_POLICY, NodePolicy
 from reconcile.engine.diff import LabelChange
+from reconcile.engine.findings import NO_POLICY, NodePolicy
 from reconcile.engine.groups import node_facts
 from reconcile.engine.plan import (
     MissingNode,

@@ -10,8 +10,9 @@ overlaps it can know offline, this check every node a plan writes.
 from __future__ import annotations
 
 from reconcile.diagnostics import Severity
-from reconcile.engine.checks import Finding, Projection
+from reconcile.engine.checks import Projection
 from reconcile.engine.facts import Fact
+from reconcile.engine.findings import Finding
 from reconcile.kube.validation import TOTAL_ANNOTATION_SIZE_LIMIT, annotations_size
 
 

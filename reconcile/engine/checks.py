@@ -9,82 +9,17 @@ write depends on a finding's `blocksApply`, never on its kind's name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
-
-from pydantic import BaseModel, ConfigDict
+from typing import TYPE_CHECKING, Any
 
 from reconcile.desired.models import DesiredState
-from reconcile.diagnostics import Severity
-from reconcile.engine.diff import LabelChange
-from reconcile.engine.facts import Fact
+from reconcile.engine.findings import Finding, overlay
 from reconcile.kube.objects import LiveNode
 
 if TYPE_CHECKING:
     from reconcile.engine.plan import NodePlan, ObjectPlan
-
-
-class Finding(BaseModel):
-    """Something the plan reveals beyond drift, that review must see. `error`: must not
-    merge as it is (the pull-request check fails); `warning`: review must see it. Either
-    makes `plan` exit 1."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    severity: Severity
-    kind: str
-    subject: str
-    message: str
-    # The API server would reject the change (an object conflict, an invalid object...):
-    # `apply` then writes nothing at all.
-    blocksApply: bool = False
-
-
-def blocking(findings: Iterable[Finding]) -> list[Finding]:
-    """The findings that stop `apply` before its first write."""
-    return [f for f in findings if f.blocksApply]
-
-
-class NodePolicy(Protocol):
-    """Domain knowledge the engine consults for each node change."""
-
-    def owner(self, live: LiveNode, key: str, inventory: frozenset[str]) -> str | None:
-        """The component that writes `key` on `live` (shown with --show-owner)."""
-        ...
-
-    def refusal(self, live: LiveNode, changes: Sequence[LabelChange]) -> str | None:
-        """Why these changes must not be written to `live` (apply skips the node and
-        reports it unless told otherwise), or None."""
-        ...
-
-
-class NoPolicy:
-    """No domain knowledge: no owners, nothing refused."""
-
-    def owner(self, live: LiveNode, key: str, inventory: frozenset[str]) -> str | None:
-        return None
-
-    def refusal(self, live: LiveNode, changes: Sequence[LabelChange]) -> str | None:
-        return None
-
-
-# The policy of a plan made without domain knowledge.
-NO_POLICY: NodePolicy = NoPolicy()
-
-
-def overlay(live_labels: Mapping[str, str], changes: Iterable[LabelChange]) -> dict[str, str]:
-    """The labels a node carries once `changes` (their label changes) are applied."""
-    result = dict(live_labels)
-    for change in changes:
-        if change.fact is not Fact.LABEL:
-            continue
-        if change.after is None:
-            result.pop(change.key, None)
-        else:
-            result[change.key] = change.after
-    return result
 
 
 def projected_labels(

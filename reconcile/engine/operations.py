@@ -36,8 +36,9 @@ from reconcile.engine.apply import (
     check_objects_fresh,
     preflight_objects,
 )
-from reconcile.engine.checks import NO_POLICY, Check, NodePolicy, Projection, blocking, run_checks
+from reconcile.engine.checks import Check, Projection, run_checks
 from reconcile.engine.facts import Fact
+from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
 from reconcile.engine.plan import ClusterIdentity, Plan, build_plan
 from reconcile.engine.workloads import ObjectCluster, desired_configs, plan_objects
 from reconcile.kube.kinds import ObjectId

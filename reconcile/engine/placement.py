@@ -16,9 +16,10 @@ from typing import Any
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Diagnostic, Severity
-from reconcile.engine.checks import Finding, Projection, projected_labels
+from reconcile.engine.checks import Projection, projected_labels
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact
+from reconcile.engine.findings import Finding
 from reconcile.kube.kinds import ObjectId, apply_rank, workload_id
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.scheduler import (

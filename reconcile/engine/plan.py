@@ -29,7 +29,6 @@ from pydantic import (
 from reconcile.desired.models import DesiredNode, DesiredState, json_schemas
 from reconcile.desired.reserved import LABEL_INVENTORY, RECONCILE_ANNOTATIONS
 from reconcile.diagnostics import EmptyPrune, Severity
-from reconcile.engine.checks import NO_POLICY, Finding, NodePolicy, overlay, projected_labels
 from reconcile.engine.diff import FieldChange, LabelChange, NodeChange, fact_drift
 from reconcile.engine.facts import (
     BY_FACT,
@@ -40,12 +39,13 @@ from reconcile.engine.facts import (
     shown_key,
     taints_after,
 )
+from reconcile.engine.findings import NO_POLICY, Finding, NodePolicy, overlay
 from reconcile.engine.groups import resolve
 from reconcile.kube import labels
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import ApiResource, LiveNode
 
-__all__ = ["Finding", "Severity", "overlay", "projected_labels"]  # re-exported for views
+__all__ = ["Finding", "Severity", "overlay"]  # re-exported for views
 
 PLAN_API_VERSION: Final = "reconcile.dev/v1alpha1"
 # Like nfd-master's nfd.node.kubernetes.io/feature-labels: the label keys this tool has set.

@@ -41,9 +41,10 @@ from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Diagnostic, EmptyPrune, ReconcileError
 from reconcile.engine import operations, placement
 from reconcile.engine.apply import NodeResult, apply_node, apply_objects
-from reconcile.engine.checks import Check, NodePolicy, blocking
+from reconcile.engine.checks import Check
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact, shown_value, taints_after
+from reconcile.engine.findings import NodePolicy, blocking
 from reconcile.engine.groups import node_facts
 from reconcile.engine.leader import micro_time
 from reconcile.engine.plan import NodePlan, ObjectPlan, Plan, plan_node

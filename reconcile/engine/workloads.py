@@ -38,8 +38,8 @@ from reconcile.diagnostics import (
     NotFound,
     Severity,
 )
-from reconcile.engine.checks import Finding
 from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
+from reconcile.engine.findings import Finding
 from reconcile.engine.plan import ObjectPlan
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation

@@ -4,14 +4,17 @@ moves a GPU node onto a driver image the support matrix lacks is refused) and th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Severity
-from reconcile.engine.checks import Check, Finding, Projection, overlay
+from reconcile.engine import operations
+from reconcile.engine.checks import Check, Projection
 from reconcile.engine.diff import LabelChange
-from reconcile.engine.operations import ENGINE_CHECKS
+from reconcile.engine.findings import Finding, overlay
+from reconcile.engine.operations import ENGINE_CHECKS, PlanCluster, PlanRequest
+from reconcile.engine.plan import Plan
 from reconcile.gpu import drivers, provenance
 from reconcile.kube.objects import LiveNode
 
@@ -83,3 +86,13 @@ ALL_CHECKS: tuple[Check, ...] = (*ENGINE_CHECKS, *GPU_CHECKS)
 
 def policy(state: DesiredState) -> GpuPolicy:
     return GpuPolicy(state.matrix_tags)
+
+
+def plan(
+    request: PlanRequest, cluster: PlanCluster, *, phase: Callable[[str], None] = lambda name: None
+) -> Plan:
+    """The engine's plan operation with the GPU domain's policy and every check, the
+    engine's and the GPU's: what `plan` and `apply` run."""
+    return operations.plan(
+        request, cluster, policy=policy(request.desired), checks=ALL_CHECKS, phase=phase
+    )

@@ -17,15 +17,13 @@ from reconcile.gpu import drivers
 from reconcile.gpu.drivers import AuditFinding, Coverage
 from reconcile.gpu.rollout import Rollout, RolloutCluster, RolloutPlan, RolloutRequest
 from reconcile.gpu.upgrade import (
-    TARGET_ANNOTATION,
-    UPGRADE_DONE,
-    UPGRADE_REQUIRED,
     Declared,
     PodToEvict,
     Step,
     Upgrade,
     UpgradeCluster,
     UpgradeFailed,
+    at_target,
 )
 from reconcile.kube.objects import LiveNode
 
@@ -137,24 +135,6 @@ def declared_budgets(state: DesiredState) -> Declared:
 
 def _field_at(manifest: Manifest, name: str) -> str:
     return str(manifest.at(("spec", name)))
-
-
-def at_target(live: LiveNode, version: str) -> bool:
-    """The node runs `version` already and no upgrade of it is in progress: nothing to do
-    (a node in the middle of an upgrade to the same version is resumed instead)."""
-    major, minor, rev = drivers.split_driver_version(version)
-    labels = live.labels
-    state = labels.get(drivers.UPGRADE_STATE)
-    return (
-        (
-            labels.get(drivers.DRIVER_MAJOR),
-            labels.get(drivers.DRIVER_MINOR),
-            labels.get(drivers.DRIVER_REV),
-        )
-        == (major, minor, rev)
-        and state in (None, "", UPGRADE_DONE, UPGRADE_REQUIRED)
-        and TARGET_ANNOTATION not in live.annotations
-    )
 
 
 class UpgradeInterrupted(ReconcileError):

@@ -9,9 +9,10 @@ from collections.abc import Iterable
 from typing import Final
 
 from reconcile.diagnostics import Severity
-from reconcile.engine.checks import Finding, Projection
+from reconcile.engine.checks import Projection
 from reconcile.engine.diff import LabelChange
 from reconcile.engine.facts import Fact
+from reconcile.engine.findings import Finding
 from reconcile.kube.labels import NFD_DEFAULT_NAMESPACE
 from reconcile.kube.objects import LiveNode
 

@@ -41,6 +41,7 @@ from reconcile.gpu.upgrade import (
     UpgradeCluster,
     UpgradeFailed,
     UpgradeRefused,
+    at_target,
     budget_blockers,
     budget_waits,
     pods_to_evict,
@@ -199,8 +200,6 @@ class Rollout:
 
     def preflight(self) -> RolloutPlan:
         """Every problem of the whole rollout in one UpgradeRefused, or the plan."""
-        from reconcile.gpu.operations import at_target
-
         request = self.request
         if not request.desired.matrix:
             raise UpgradeRefused(

@@ -296,6 +296,24 @@ def budget_waits(
     return problems
 
 
+def at_target(live: LiveNode, version: str) -> bool:
+    """The node runs `version` already and no upgrade of it is in progress: nothing to do
+    (a node in the middle of an upgrade to the same version is resumed instead)."""
+    major, minor, rev = drivers.split_driver_version(version)
+    labels = live.labels
+    state = labels.get(drivers.UPGRADE_STATE)
+    return (
+        (
+            labels.get(drivers.DRIVER_MAJOR),
+            labels.get(drivers.DRIVER_MINOR),
+            labels.get(drivers.DRIVER_REV),
+        )
+        == (major, minor, rev)
+        and state in (None, "", UPGRADE_DONE, UPGRADE_REQUIRED)
+        and TARGET_ANNOTATION not in live.annotations
+    )
+
+
 @dataclass
 class Upgrade:
     """One node's driver upgrade. `emit` receives each step as it happens."""

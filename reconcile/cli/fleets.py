@@ -166,7 +166,7 @@ class Applied:
         return (
             self.result.ok
             and not self.after.has_drift
-            and not any(f.severity == "error" for f in self.after.findings)
+            and not any(f.is_error for f in self.after.findings)
         )
 
 
@@ -191,7 +191,7 @@ def apply_fleet(
         render_apply(applied.result, g.output, out, err)
         if applied.result.ok and not applied.converged:
             left = sum(1 for _ in applied.after.lines()) + len(applied.after.objects)
-            errors = [f for f in applied.after.findings if f.severity == "error"]
+            errors = [f for f in applied.after.findings if f.is_error]
             err.write(
                 f"not converged: the plan taken after apply still has {left} change(s) and "
                 f"{len(errors)} error finding(s)\n"

@@ -64,10 +64,8 @@ def node_line(
 def object_lines(obj: ObjectPlan, *, wide: bool = False) -> list[str]:
     """`<id> + ` to create, `<id> - ` to prune, else one line per changed field (with
     `wide`, the live value after it)."""
-    if obj.action == "create":
-        return [f"{obj.id} + "]
-    if obj.action == "prune":
-        return [f"{obj.id} - "]
+    if obj.action.glyph is not None:
+        return [f"{obj.id} {obj.action.glyph} "]
     return [
         f"{obj.id} {c.shown_path} {c.shown_value}" + (f" {c.shown_before}" if wide else "")
         for c in obj.changes

@@ -318,7 +318,7 @@ def _plan_summary(plan: Plan, changes: Sequence[tuple[str, LabelChange]]) -> lis
         counted = ", ".join(f"{n} {action}" for action, n in sorted(actions.items()))
         lines.append(f"**Objects:** {len(plan.objects)} to change ({counted})")
     if plan.findings:
-        errors = sum(1 for f in plan.findings if f.severity == "error")
+        errors = sum(1 for f in plan.findings if f.is_error)
         lines.append(f"**Findings:** {errors} error(s), {len(plan.findings) - errors} warning(s)")
     return lines
 
@@ -328,7 +328,7 @@ def fleet_markdown(saved: FleetPlan, out: TextIO) -> None:
     out.write(f"#### reconcile plan: fleet {_code(saved.fleet, cell=False)}\n\n")
     out.write("| Cluster | Node changes | Object changes | Findings |\n| --- | --- | --- | --- |\n")
     for name, plan in saved.plans.items():
-        errors = sum(1 for f in plan.findings if f.severity == "error")
+        errors = sum(1 for f in plan.findings if f.is_error)
         out.write(
             f"| {_code(name)} | {sum(1 for _ in plan.lines())} | {len(plan.objects)} | "
             f"{errors} error(s), {len(plan.findings) - errors} warning(s) |\n"
@@ -352,7 +352,7 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
     if plan.findings:
         out.write("| | Subject | Finding |\n| --- | --- | --- |\n")
         for finding in plan.findings:
-            mark = "**error**" if finding.severity == "error" else "warning"
+            mark = "**error**" if finding.is_error else "warning"
             out.write(f"| {mark} | {_code(finding.subject)} | {_md(finding.message)} |\n")
         out.write("\n")
     if changes:
@@ -365,8 +365,8 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
     if plan.objects:
         out.write("\n| Object | Field | Live | Desired |\n| --- | --- | --- | --- |\n")
         for obj in plan.objects:
-            if obj.action in ("create", "prune"):
-                verb = "*(create)*" if obj.action == "create" else "*(prune)*"
+            if obj.action.glyph is not None:  # the whole object, not its fields
+                verb = f"*({obj.action})*"
                 out.write(f"| {_code(obj.id)} | {verb} | | |\n")
                 continue
             for field_change in obj.changes:

@@ -33,6 +33,7 @@ from reconcile.engine.groups import node_facts
 from reconcile.engine.plan import (
     MissingNode,
     NodePlan,
+    ObjectAction,
     ObjectPlan,
     Plan,
     plan_node,
@@ -334,7 +335,7 @@ def check_objects_fresh(plan: Plan, cluster: ObjectCluster) -> None:
     for obj in plan.objects:
         live = cluster.get_object(obj.resource, obj.namespace, obj.name)
         now = str(live["metadata"].get("resourceVersion")) if live is not None else None
-        if obj.action == "create":
+        if obj.action is ObjectAction.CREATE:
             moved.append(None if now is None else f"{obj.id} (created by someone else since)")
         else:
             moved.append(_moved(obj.id, obj.resourceVersion, now))
@@ -370,7 +371,7 @@ def _body(
     obj: ObjectPlan, *, precondition: bool, configs: Mapping[ObjectId, dict[str, Any]]
 ) -> dict[str, Any]:
     body = copy.deepcopy(_config(obj, configs))
-    if precondition and obj.resourceVersion and obj.action == "update":
+    if precondition and obj.resourceVersion and obj.action is ObjectAction.UPDATE:
         body.setdefault("metadata", {})["resourceVersion"] = obj.resourceVersion
     return body
 
@@ -385,7 +386,7 @@ def preflight_objects(
     """Dry-run every create and update as it will be sent: the problems, if any."""
     problems = []
     for obj in plan.objects:
-        if obj.action not in ("create", "update"):
+        if not obj.action.dry_runs:
             continue
         try:
             cluster.apply_object(
@@ -395,7 +396,7 @@ def preflight_objects(
                 force=plan.forceConflicts,
             )
         except NotFound as e:
-            if obj.action == "update" or "namespaces" not in e.message:
+            if obj.action is ObjectAction.UPDATE or "namespaces" not in e.message:
                 problems.append(f"{obj.id}: {e.message}")
             # else: its namespace is created first by this same apply
         except ReconcileError as e:
@@ -449,7 +450,7 @@ def _record_before_creating(plan: Plan, cluster: ObjectCluster) -> None:
     new = {
         inventory_entry(o.apiVersion, o.kind, o.namespace, o.name)
         for o in plan.objects
-        if o.action in ("create", "recreate")
+        if o.action.creates
     }
     if not new:
         return
@@ -467,16 +468,16 @@ def _apply_object(
     force: bool,
 ) -> ObjectResult:
     """One object: its lines when this run changed it, a note when another writer had."""
-    if obj.action == "prune":
+    if obj.action is ObjectAction.PRUNE:
         if (obj.apiVersion, obj.kind) in NEVER_PRUNED:  # whatever a plan says
             return ObjectResult(obj.id, error="a Node is never pruned")
         if cluster.delete_object(obj.resource, obj.namespace, obj.name):
             return ObjectResult(obj.id, changed=obj)
         return ObjectResult(obj.id, note=f"deleted by another writer first: {DONE_BY_OTHERS}")
-    if obj.action == "recreate":
+    if obj.action is ObjectAction.RECREATE:
         cluster.delete_object(obj.resource, obj.namespace, obj.name)
         _wait_gone(obj, cluster)
-    if obj.action in ("create", "recreate"):
+    if obj.action.creates:
         if cluster.apply_created(
             obj.resource, _body(obj, precondition=False, configs=configs), force=force
         ):
@@ -494,7 +495,7 @@ def _apply_object(
             replanned = replan_object(current, _config(current, configs), cluster)
             if replanned is None:
                 return ObjectResult(obj.id, note=DONE_BY_OTHERS)
-            if replanned.action == "create":
+            if replanned.action is ObjectAction.CREATE:
                 return _apply_object(replanned, cluster, configs, saved=saved, force=force)
             current = replanned
             continue

@@ -31,6 +31,11 @@ class Finding(BaseModel):
     # `apply` then writes nothing at all.
     blocksApply: bool = False
 
+    @property
+    def is_error(self) -> bool:
+        """Must not merge as it is (a warning is for review to see)."""
+        return self.severity is Severity.ERROR
+
 
 def blocking(findings: Iterable[Finding]) -> list[Finding]:
     """The findings that stop `apply` before its first write."""

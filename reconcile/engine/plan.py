@@ -12,6 +12,7 @@ so that a saved plan can be refused when it was edited or is applied elsewhere.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
@@ -123,6 +124,35 @@ class PrunableLabel(_Frozen):
     value: str
 
 
+class ObjectAction(enum.StrEnum):
+    """What apply does to a workload object."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    # Delete, wait until it is gone, create (a change that cannot be made in place).
+    RECREATE = "recreate"
+    PRUNE = "prune"
+
+    @property
+    def creates(self) -> bool:
+        """The object is created by server-side apply (it is recorded in the inventory first)."""
+        return self in (ObjectAction.CREATE, ObjectAction.RECREATE)
+
+    @property
+    def glyph(self) -> str | None:
+        """The mark a drift line shows for the whole object (`+` created, `-` pruned);
+        None when its lines show the changed fields instead."""
+        return _GLYPHS.get(self)
+
+    @property
+    def dry_runs(self) -> bool:
+        """The object as it will be sent can be dry-run before anything is written."""
+        return self in (ObjectAction.CREATE, ObjectAction.UPDATE)
+
+
+_GLYPHS: Final = {ObjectAction.CREATE: "+", ObjectAction.PRUNE: "-"}
+
+
 class ObjectPlan(_Frozen):
     """What apply does to one workload object, with what it needs to do it unaided."""
 
@@ -133,7 +163,7 @@ class ObjectPlan(_Frozen):
     plural: str
     namespaced: bool
     source: str
-    action: Literal["create", "update", "recreate", "prune"]
+    action: ObjectAction
     resourceVersion: str | None = None
     changes: tuple[FieldChange, ...] = ()
     # The configuration reconcile applies (the manifest plus its managed-by label).

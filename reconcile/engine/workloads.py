@@ -40,7 +40,7 @@ from reconcile.diagnostics import (
 )
 from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
 from reconcile.engine.findings import Finding
-from reconcile.engine.plan import ObjectPlan
+from reconcile.engine.plan import ObjectAction, ObjectPlan
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.kinds import (
@@ -296,7 +296,11 @@ def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[ObjectId, dict
 
 
 def _object_plan(
-    target: _Target, action: str, *, version: str | None = None, changes: Iterable[FieldChange] = ()
+    target: _Target,
+    action: ObjectAction,
+    *,
+    version: str | None = None,
+    changes: Iterable[FieldChange] = (),
 ) -> ObjectPlan:
     changes = _marked(changes, is_sensitive=target.sensitive)
     return ObjectPlan(
@@ -387,7 +391,7 @@ def _plan_create(
         except ApiError as e:
             planning.findings.append(_finding("object-invalid", target, e.message or str(e)))
             return
-    planning.objects.append(_object_plan(target, "create"))
+    planning.objects.append(_object_plan(target, ObjectAction.CREATE))
 
 
 def _plan_update(
@@ -424,7 +428,7 @@ def _plan_update(
         changes = compared.update_drift(result)
         if changes:
             planning.objects.append(
-                _object_plan(target, "update", version=version, changes=changes)
+                _object_plan(target, ObjectAction.UPDATE, version=version, changes=changes)
             )
         return
     # The server refuses the update as it stands: recreate it where allowed (deleted and
@@ -432,11 +436,15 @@ def _plan_update(
     # manifest's drift.
     changes = compared.manifest_drift()
     if recreatable:
-        planning.objects.append(_object_plan(target, "recreate", version=version, changes=changes))
+        planning.objects.append(
+            _object_plan(target, ObjectAction.RECREATE, version=version, changes=changes)
+        )
         return
     kind, message = refusal
     planning.findings.append(_finding(kind, target, message, live=live))
-    planning.objects.append(_object_plan(target, "update", version=version, changes=changes))
+    planning.objects.append(
+        _object_plan(target, ObjectAction.UPDATE, version=version, changes=changes)
+    )
 
 
 def _needs_recreate(target: _Target, cluster: ObjectCluster) -> bool:
@@ -507,7 +515,7 @@ def _plan_prune(
                 plural=resource.plural,
                 namespaced=resource.namespaced,
                 source="",
-                action="prune",
+                action=ObjectAction.PRUNE,
                 resourceVersion=str(live["metadata"].get("resourceVersion") or ""),
             )
         )
@@ -688,7 +696,9 @@ def replan_object(
     action with the live resourceVersion and changes, or None when it needs nothing."""
     live = cluster.get_object(obj.resource, obj.namespace, obj.name)
     if live is None:
-        return obj.model_copy(update={"action": "create", "resourceVersion": None, "changes": ()})
+        return obj.model_copy(
+            update={"action": ObjectAction.CREATE, "resourceVersion": None, "changes": ()}
+        )
     result = cluster.apply_object(obj.resource, config, dry_run=True)
     is_sensitive = sensitive.is_sensitive(obj.apiVersion, obj.kind)
     changes = _marked(

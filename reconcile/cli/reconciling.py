@@ -258,10 +258,13 @@ def apply(
     """Fix the drift: one PATCH per drifted node, then server-side apply of the workload
     objects in kind order. Prints exactly the lines it changed.
 
-    With PLAN_FILE (from `plan --out`), applies that plan and nothing else, refusing it
-    as stale if any of its nodes or objects changed since. When the API server would
-    reject any object (a conflict, an immutable field, an invalid manifest), nothing at
-    all is applied.
+    With PLAN_FILE (from `plan --out`), plans again from the same desired/ with the
+    options given here (the ones the plan was made with: --prune, --force-conflicts, ...)
+    and applies the file only if it is what planning gives, refusing it as stale if any
+    of its nodes or objects changed since. With RECONCILE_PLAN_KEY set, the plan must carry
+    the signature `plan --out` made with that key. When the API server would reject any
+    object (a conflict, an immutable field, an invalid manifest), nothing at all is
+    applied.
     """
     # A saved plan is checked offline before anything is sent; a fresh one reads ahead
     # (and the modules below are imported while the nodes are read).

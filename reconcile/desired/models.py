@@ -131,18 +131,22 @@ class ObjectMeta(_Strict):
     name: ObjectName = Field(description="The node's name, exactly as in `kubectl get nodes`.")
 
 
-def _check_annotation_key(key: str) -> str:
-    _qualified(key, "annotation")
-    reason = RECONCILE_ANNOTATIONS.get(key)
+def _refuse_owned(kind: str, key: str, reason: str | None) -> str:
+    """`key`, unless another writer owns it (`reason` says which and what to do instead)."""
     if reason is not None:
-        # With a value or with null alike: apply would rewrite it (and never converge),
-        # or delete the inventory that --prune relies on.
         raise PydanticCustomError(
-            "annotation_key_owned",
-            "annotation key {key} may not be declared: {reason}",
+            f"{kind}_key_owned",
+            f"{kind} key {{key}} may not be declared: {{reason}}",
             {"key": labels.go_quote(key), "reason": reason},
         )
     return key
+
+
+def _check_annotation_key(key: str) -> str:
+    _qualified(key, "annotation")
+    # With a value or with null alike: apply would rewrite it (and never converge), or
+    # delete the inventory that --prune relies on.
+    return _refuse_owned("annotation", key, RECONCILE_ANNOTATIONS.get(key))
 
 
 AnnotationKey = Annotated[str, AfterValidator(_check_annotation_key), WithJsonSchema(_KEY_SCHEMA)]
@@ -196,15 +200,8 @@ class Taint(_Strict):
     @field_validator("key")
     @classmethod
     def _not_a_controllers(cls, key: str) -> str:
-        reason = labels.controller_owned_taint(key)
-        if reason is not None:
-            # Present or absent alike: the controller puts it back or takes it away.
-            raise PydanticCustomError(
-                "taint_key_owned",
-                "taint key {key} may not be declared: {reason}",
-                {"key": labels.go_quote(key), "reason": reason},
-            )
-        return key
+        # Present or absent alike: the controller puts it back or takes it away.
+        return _refuse_owned("taint", key, labels.controller_owned_taint(key))
 
     @property
     def identity(self) -> str:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from pydantic import ValidationError
 
+from reconcile import files
 from reconcile.diagnostics import PlanRefused, ReconcileError
 from reconcile.engine.plan import ClusterIdentity, NodePlan, ObjectPlan, Plan, SavedPlan
 from reconcile.kube.objects import LiveNode
@@ -52,21 +52,15 @@ MAX_PLAN_BYTES: Final = 512 * 1024 * 1024
 
 def read(path: Path) -> bytes:
     """The bytes of a plan file: a regular file (a FIFO or a device would block or never
-    end), read once."""
+    end), read once; a link on the command line is followed to it."""
     try:
-        mode = path.stat().st_mode
+        if path.stat().st_size > MAX_PLAN_BYTES:
+            raise ReconcileError(f"{path} is not a saved reconcile plan: larger than 512 MiB")
+        return files.read_regular(path.resolve())
+    except files.UnsafeFile:
+        raise ReconcileError(f"cannot read plan {path}: not a regular file") from None
     except OSError as e:
         raise ReconcileError(f"cannot read plan {path}: {e.strerror or e}") from e
-    if not stat.S_ISREG(mode):
-        raise ReconcileError(f"cannot read plan {path}: not a regular file")
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_PLAN_BYTES + 1)
-    except OSError as e:
-        raise ReconcileError(f"cannot read plan {path}: {e.strerror or e}") from e
-    if len(data) > MAX_PLAN_BYTES:
-        raise ReconcileError(f"{path} is not a saved reconcile plan: larger than 512 MiB")
-    return data
 
 
 def parse(document: bytes | dict[str, Any], where: str) -> Plan:

@@ -547,7 +547,7 @@ def test_a_token_that_is_due_is_renewed_at_most_once_an_interval(
         config["users"][0]["user"] = {"exec": {**exec_user, "args": ["-c", *plugin]}}
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(json.dumps(config))
-        monkeypatch.setattr("reconcile.kube.client.REFRESH_INTERVAL", interval)
+        monkeypatch.setattr("reconcile.kube.client.kubeconfig.REFRESH_INTERVAL", interval)
 
         cluster = Cluster.connect(str(kubeconfig))
         for _ in range(5):

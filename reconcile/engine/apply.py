@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
@@ -43,13 +43,13 @@ from reconcile.engine.workloads import (
     INVENTORY_NAME,
     INVENTORY_NAMESPACE,
     NEVER_PRUNED,
-    ObjectCluster,
     inventory_entry,
     inventory_object,
     read_inventory,
     replan_object,
 )
 from reconcile.kube import sensitive
+from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 
@@ -58,16 +58,6 @@ DONE_BY_OTHERS: Final = (
 )
 
 MAX_CONFLICT_RETRIES: Final = 5
-
-
-class NodeWriter(Protocol):
-    """What apply needs from the cluster (cluster.Cluster provides it)."""
-
-    def list_nodes(self) -> list[LiveNode]: ...
-
-    def get_node(self, name: str) -> LiveNode: ...
-
-    def patch_node(self, name: str, patch: dict[str, object]) -> LiveNode: ...
 
 
 @dataclass(frozen=True)
@@ -161,7 +151,7 @@ def refusal(node_plan: NodePlan, *, allow_refused: bool) -> NodeResult | None:
 
 def apply_plan(
     plan: Plan,
-    cluster: NodeWriter,
+    cluster: NodeApi,
     *,
     desired: DesiredState | None = None,
     parallel: int = 1,
@@ -207,7 +197,7 @@ def apply_plan(
 
 def apply_node(
     node_plan: NodePlan,
-    cluster: NodeWriter,
+    cluster: NodeApi,
     *,
     desired: DesiredState | None,
     prune: bool,
@@ -251,7 +241,7 @@ def _confirmed(node_plan: NodePlan, returned: LiveNode, conflicts: int) -> NodeR
     return NodeResult(node_plan.name, applied=node_plan.changes, conflicts=conflicts)
 
 
-def _apply_saved(node_plan: NodePlan, cluster: NodeWriter) -> NodeResult:
+def _apply_saved(node_plan: NodePlan, cluster: NodeApi) -> NodeResult:
     try:
         returned = cluster.patch_node(node_plan.name, node_plan.patch())
     except Conflict as conflict:
@@ -276,7 +266,7 @@ def _apply_saved(node_plan: NodePlan, cluster: NodeWriter) -> NodeResult:
 
 def _apply_fresh(
     node_plan: NodePlan,
-    cluster: NodeWriter,
+    cluster: NodeApi,
     replan: Callable[[LiveNode], NodePlan | None],
     *,
     allow_refused: bool,
@@ -329,7 +319,7 @@ class ObjectResult:
     note: str | None = None
 
 
-def check_objects_fresh(plan: Plan, cluster: ObjectCluster) -> None:
+def check_objects_fresh(plan: Plan, cluster: ObjectApi) -> None:
     """Raise StalePlan when an object of a saved plan changed (or appeared) since."""
     moved: list[str | None] = []
     for obj in plan.objects:
@@ -378,7 +368,7 @@ def _body(
 
 def preflight_objects(
     plan: Plan,
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     *,
     saved: bool,
     configs: Mapping[ObjectId, dict[str, Any]] | None = None,
@@ -406,7 +396,7 @@ def preflight_objects(
 
 def apply_objects(
     plan: Plan,
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     *,
     saved: bool,
     configs: Mapping[ObjectId, dict[str, Any]] | None = None,
@@ -446,7 +436,7 @@ def apply_objects(
     return tuple(results)
 
 
-def _record_before_creating(plan: Plan, cluster: ObjectCluster) -> None:
+def _record_before_creating(plan: Plan, cluster: ObjectApi) -> None:
     new = {
         inventory_entry(o.apiVersion, o.kind, o.namespace, o.name)
         for o in plan.objects
@@ -461,7 +451,7 @@ def _record_before_creating(plan: Plan, cluster: ObjectCluster) -> None:
 
 def _apply_object(
     obj: ObjectPlan,
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     configs: Mapping[ObjectId, dict[str, Any]],
     *,
     saved: bool,
@@ -511,7 +501,7 @@ def _apply_object(
 RECREATE_WAIT: Final = 120.0
 
 
-def _wait_gone(obj: ObjectPlan, cluster: ObjectCluster, *, timeout: float = RECREATE_WAIT) -> None:
+def _wait_gone(obj: ObjectPlan, cluster: ObjectApi, *, timeout: float = RECREATE_WAIT) -> None:
     """Until the deleted object is gone: deletion is graceful (a pod stays Terminating
     until its kubelet confirms), and creating it anew before then would update the old
     one instead, which a pod refuses."""

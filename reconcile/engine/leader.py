@@ -17,23 +17,16 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from reconcile.diagnostics import Conflict, NotFound, ReconcileError
+from reconcile.kube.api import NodeApi
 
 log = logging.getLogger(__name__)
 
 
 class NoLeaseNamespace(ReconcileError):
     """The Lease's namespace does not exist: no replica can ever hold it."""
-
-
-class LeaseClient(Protocol):
-    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-
-    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
-    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 def micro_time(when: datetime | None = None) -> str:
@@ -44,7 +37,7 @@ def micro_time(when: datetime | None = None) -> str:
 class LeaderElector:
     def __init__(
         self,
-        cluster: LeaseClient,
+        cluster: NodeApi,
         namespace: str,
         name: str,
         identity: str,

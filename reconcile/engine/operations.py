@@ -20,7 +20,7 @@ itself knows nothing of GPUs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,7 +40,8 @@ from reconcile.engine.checks import Check, Projection, run_checks
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
 from reconcile.engine.plan import ClusterIdentity, Plan, build_plan
-from reconcile.engine.workloads import ObjectCluster, desired_configs, plan_objects
+from reconcile.engine.workloads import desired_configs, plan_objects
+from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 
@@ -48,22 +49,15 @@ from reconcile.kube.objects import LiveNode
 ENGINE_CHECKS: tuple[Check, ...] = (placement.impact_check, budget.annotation_budget_check)
 
 
-class PlanCluster(ObjectCluster, Protocol):
-    """What planning and applying need from the cluster (kube.client.Cluster has it)."""
+class PlanCluster(NodeApi, ObjectApi, Protocol):
+    """What planning and applying need from the cluster (kube.client.Cluster has it):
+    nodes and objects, which cluster it is, and how many requests it tried again."""
 
     retries: int
 
-    def identity(self) -> tuple[str, str]: ...
-
-    def list_nodes(self) -> list[LiveNode]: ...
-
-    def get_node(self, name: str) -> LiveNode: ...
-
-    def patch_node(self, name: str, patch: dict[str, object]) -> LiveNode: ...
-
-    def list_all(self, path: str, **query: Any) -> Iterator[dict[str, Any]]: ...
-
-    def pods_on_nodes(self, nodes: Sequence[str]) -> list[dict[str, Any]]: ...
+    def identity(self) -> tuple[str, str]:
+        """(API server URL, UID of the kube-system namespace)."""
+        ...
 
 
 @dataclass(frozen=True)

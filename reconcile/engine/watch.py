@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -55,18 +55,6 @@ log = logging.getLogger(__name__)
 
 # Largest Event note the API server accepts (events.k8s.io/v1: 1 KiB).
 NOTE_LIMIT = 1024
-
-
-class WatchCluster(operations.PlanCluster, Protocol):
-    """What watching needs beyond planning and applying."""
-
-    def list_nodes_at(self) -> tuple[list[LiveNode], str]: ...
-
-    def watch_nodes(
-        self, resource_version: str, *, timeout_seconds: int = 300
-    ) -> Iterator[NodeEvent]: ...
-
-    def create_event(self, namespace: str, body: dict[str, Any]) -> None: ...
 
 
 class Trees(Protocol):
@@ -212,7 +200,7 @@ class Watcher:
     def __init__(
         self,
         request: WatchRequest,
-        cluster: WatchCluster,
+        cluster: operations.PlanCluster,
         trees: Trees,
         *,
         policy_for: Callable[[DesiredState], NodePolicy],

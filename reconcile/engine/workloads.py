@@ -25,7 +25,7 @@ import copy
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
@@ -43,6 +43,7 @@ from reconcile.engine.findings import Finding
 from reconcile.engine.plan import ObjectAction, ObjectPlan
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
+from reconcile.kube.api import ObjectApi, ResourceFinder
 from reconcile.kube.kinds import (
     BUILTIN_NAMESPACED,
     ObjectId,
@@ -76,41 +77,6 @@ NAMESPACE_DEFAULTS: Final = frozenset(
 NAMESPACE_BOOKKEEPING: Final = frozenset(
     {("", "Event"), ("events.k8s.io", "Event"), ("", "Endpoints"), ("", "PodTemplate")}
 )
-
-
-class ResourceFinder(Protocol):
-    def resource_for(self, api_version: str, kind: str) -> ApiResource | None: ...
-
-    def namespaced_listable(self) -> list[ApiResource]: ...
-
-
-class ObjectCluster(Protocol):
-    """What workload planning and applying need from the cluster (cluster.Cluster has it)."""
-
-    def discovery(self) -> ResourceFinder: ...
-
-    def get_object(
-        self, resource: ApiResource, namespace: str, name: str
-    ) -> dict[str, Any] | None: ...
-
-    def list_objects(
-        self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
-    ) -> list[dict[str, Any]]: ...
-
-    def apply_object(
-        self,
-        resource: ApiResource,
-        body: dict[str, Any],
-        *,
-        dry_run: bool = False,
-        force: bool = False,
-    ) -> dict[str, Any]: ...
-
-    def apply_created(
-        self, resource: ApiResource, body: dict[str, Any], *, force: bool
-    ) -> bool: ...
-
-    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool: ...
 
 
 def applied_config(manifest: Manifest) -> dict[str, Any]:
@@ -182,7 +148,7 @@ class _Target:
 
 def plan_objects(
     state: DesiredState,
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     *,
     prune: bool = False,
     force: bool = False,
@@ -276,7 +242,7 @@ def _targets(
     )
 
 
-def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[ObjectId, dict[str, Any]]:
+def _live(targets: list[_Target], cluster: ObjectApi) -> dict[ObjectId, dict[str, Any]]:
     """The live objects of every (kind, namespace) the targets live in: one LIST each."""
     found: dict[ObjectId, dict[str, Any]] = {}
     seen: set[tuple[str, str, str]] = set()
@@ -365,7 +331,7 @@ class _Compared:
 
 def _plan_create(
     target: _Target,
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     declared_namespaces: set[str],
     planning: ObjectPlanning,
     *,
@@ -397,7 +363,7 @@ def _plan_create(
 def _plan_update(
     target: _Target,
     live: dict[str, Any],
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     planning: ObjectPlanning,
     *,
     force: bool,
@@ -447,7 +413,7 @@ def _plan_update(
     )
 
 
-def _needs_recreate(target: _Target, cluster: ObjectCluster) -> bool:
+def _needs_recreate(target: _Target, cluster: ObjectApi) -> bool:
     """Whether the change, conflicts set aside, is one the server refuses to make in place."""
     try:
         cluster.apply_object(target.resource, target.config, dry_run=True, force=True)
@@ -458,7 +424,7 @@ def _needs_recreate(target: _Target, cluster: ObjectCluster) -> bool:
     return False
 
 
-def read_inventory(cluster: ObjectCluster) -> tuple[str, ...]:
+def read_inventory(cluster: ObjectApi) -> tuple[str, ...]:
     found = cluster.get_object(CONFIGMAPS, INVENTORY_NAMESPACE, INVENTORY_NAME)
     if found is None:
         return ()
@@ -470,7 +436,7 @@ def _plan_prune(
     state: DesiredState,
     targets: list[_Target],
     discovery: ResourceFinder,
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     planning: ObjectPlanning,
     *,
     prune: bool,
@@ -551,7 +517,7 @@ def _namespace_prune_findings(
     targets: list[_Target],
     inventory: Iterable[str],
     discovery: ResourceFinder,
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     *,
     prune_namespace_contents: bool,
 ) -> list[Finding]:
@@ -689,9 +655,7 @@ def desired_configs(state: DesiredState) -> dict[ObjectId, dict[str, Any]]:
     }
 
 
-def replan_object(
-    obj: ObjectPlan, config: dict[str, Any], cluster: ObjectCluster
-) -> ObjectPlan | None:
+def replan_object(obj: ObjectPlan, config: dict[str, Any], cluster: ObjectApi) -> ObjectPlan | None:
     """An update planned again against the object as it is now (after a 409): the same
     action with the live resourceVersion and changes, or None when it needs nothing."""
     live = cluster.get_object(obj.resource, obj.namespace, obj.name)

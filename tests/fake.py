@@ -67,6 +67,10 @@ KINDS: Final = (
 
 _Key = tuple[str, str, str, str]  # group, plural, namespace, name
 
+# One sequence for every FakeCluster: no two objects share a uid, as no two clusters'
+# kube-system namespaces do (a cluster's identity).
+_UIDS: Final = itertools.count(1)
+
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: `target` with `patch` merged in (null deletes a key; a non-object
@@ -149,7 +153,6 @@ class FakeCluster:
         self.node_events: list[NodeEvent] = []
         self.writes: list[tuple[str, str]] = []
         self.retries = 0
-        self._uids = itertools.count(1)
         for namespace in namespaces:
             self.add(NAMESPACES, {"metadata": {"name": namespace}})
 
@@ -175,7 +178,7 @@ class FakeCluster:
             "kind": "Node",
             "metadata": {
                 "name": name,
-                "uid": f"uid-{next(self._uids)}",
+                "uid": f"uid-{next(_UIDS)}",
                 "resourceVersion": self._next_version(),
                 "labels": dict(labels or {}),
                 "annotations": dict(annotations or {}),
@@ -194,7 +197,7 @@ class FakeCluster:
         stored.setdefault("apiVersion", resource.api_version)
         stored.setdefault("kind", resource.kind)
         metadata = _metadata(stored)
-        metadata.setdefault("uid", f"uid-{next(self._uids)}")
+        metadata.setdefault("uid", f"uid-{next(_UIDS)}")
         metadata["resourceVersion"] = self._next_version()
         if not resource.namespaced:
             metadata.pop("namespace", None)
@@ -472,7 +475,7 @@ class FakeCluster:
         ]
         _metadata(after)["managedFields"] = [*others, managed]
         if live is None and not dry_run:
-            _metadata(after)["uid"] = f"uid-{next(self._uids)}"
+            _metadata(after)["uid"] = f"uid-{next(_UIDS)}"
         if live is not None and after == live:
             return False, copy.deepcopy(live)
         if dry_run:

@@ -8,17 +8,19 @@ what it does with the answers. It keeps the rules those callers depend on and no
   list is replaced whole), and a resourceVersion in it is a precondition (409);
 - every other object (pods, budgets, leases, events, namespaces, workloads) is keyed by
   resource, namespace and name; server-side apply merges the configuration into the
-  object (maps merged, anything else replaced; a field the configuration stops setting
-  is kept, where the API server would remove it), a resourceVersion in it is a
-  precondition, and a namespaced object needs its namespace;
+  object (maps merged, anything else replaced) and removes what reconcile's previous
+  configuration set and this one does not, a resourceVersion in it is a precondition,
+  and a namespaced object needs its namespace;
 - every write that changes something takes the next resourceVersion, one counter for the
   whole store; a write that changes nothing keeps it;
 - discovery serves a small table of kinds (`KINDS`);
 - an eviction is refused (429, cause DisruptionBudget) when a budget selecting the pod
   allows no disruption, else spends one of its disruptions and deletes the pod.
 
-Field ownership conflicts, immutable fields, defaulting and admission are not modelled:
-the sandbox and end-to-end tests hold the client to the real protocol.
+Field ownership (conflicts, fields shared with other managers), immutable fields,
+defaulting, admission and graceful deletion (an evicted or deleted pod is gone at once)
+are not modelled: the sandbox and end-to-end tests hold the client to the real protocol,
+and tests/sandbox/test_fake.py holds this fake to the sandbox where it does model it.
 """
 
 from __future__ import annotations
@@ -101,6 +103,18 @@ def _fields(config: Any) -> dict[str, Any]:
     if not isinstance(config, dict):
         return {}
     return {f"f:{key}": _fields(value) for key, value in config.items()}
+
+
+def _release(obj: dict[str, Any], owned: dict[str, Any], kept: dict[str, Any]) -> None:
+    """Remove from `obj` every field the FieldsV1 `owned` lists and `kept` does not."""
+    for key, below in owned.items():
+        if not key.startswith("f:"):
+            continue
+        name = key[2:]
+        if key not in kept:
+            obj.pop(name, None)
+        elif below and isinstance(obj.get(name), dict):
+            _release(obj[name], below, kept[key])
 
 
 def _metadata(obj: dict[str, Any]) -> dict[str, Any]:
@@ -413,7 +427,6 @@ class FakeCluster:
     def list_objects(
         self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
-        """The objects as a LIST's items: without apiVersion and kind, as the server sends."""
         selector = parse_selector(label_selector or "")
         found = []
         for (group, plural, where, _), obj in sorted(self.objects.items()):
@@ -423,10 +436,7 @@ class FakeCluster:
                 continue
             if not selector.matches(obj["metadata"].get("labels") or {}):
                 continue
-            item = copy.deepcopy(obj)
-            item.pop("apiVersion", None)
-            item.pop("kind", None)
-            found.append(item)
+            found.append(copy.deepcopy(obj))
         return found
 
     def apply_object(
@@ -462,17 +472,18 @@ class FakeCluster:
             raise _modified(resource, name)
         after = _merged(live or {}, config)
         after.update(apiVersion=resource.api_version, kind=resource.kind)
-        managed = {
+        managed: dict[str, Any] = {
             "manager": FIELD_MANAGER,
             "operation": "Apply",
             "apiVersion": resource.api_version,
             "fieldsV1": _fields(config),
         }
-        others = [
-            m
-            for m in (live or {}).get("metadata", {}).get("managedFields") or ()
-            if (m.get("manager"), m.get("operation")) != (FIELD_MANAGER, "Apply")
-        ]
+        others: list[dict[str, Any]] = []
+        for entry in (live or {}).get("metadata", {}).get("managedFields") or ():
+            if (entry.get("manager"), entry.get("operation")) == (FIELD_MANAGER, "Apply"):
+                _release(after, entry.get("fieldsV1") or {}, managed["fieldsV1"])
+            else:
+                others.append(entry)
         _metadata(after)["managedFields"] = [*others, managed]
         if live is None and not dry_run:
             _metadata(after)["uid"] = f"uid-{next(_UIDS)}"

@@ -4,22 +4,19 @@ and sanitizing vendor strings into label values."""
 from __future__ import annotations
 
 import signal
-import sys
 from typing import TYPE_CHECKING, TextIO
 
 import click
 
+from reconcile.app.session import Session
+from reconcile.app.targets import one_target
 from reconcile.cli.app import (
     ALL_FORMATS,
     TEXT_AND_JSON,
-    Globals,
     check_node_name,
     common_options,
     duration,
-    errors_to_exit_codes,
-    fail,
     main,
-    one_target,
     outputs,
     stderr,
     stdout,
@@ -34,11 +31,12 @@ from reconcile.cli.output import (
     log,
     upgrade_line,
 )
+from reconcile.diagnostics import ReconcileError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from reconcile.cli.app import Target
+    from reconcile.app.session import Target
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report
     from reconcile.gpu.rollout import RolloutRequest
@@ -50,7 +48,7 @@ if TYPE_CHECKING:
 @common_options
 @outputs(*TEXT_AND_JSON)
 @click.argument("values", nargs=-1, required=True)
-def sanitize(g: Globals, values: tuple[str, ...]) -> None:
+def sanitize(session: Session, output: Format, values: tuple[str, ...]) -> int:
     """Make vendor strings valid label values: one output line per VALUE.
 
     \b
@@ -64,27 +62,29 @@ def sanitize(g: Globals, values: tuple[str, ...]) -> None:
 
     results = [(value, sanitize_label_value(value)) for value in values]
     failed = [value for value, sanitized in results if not sanitized]
-    if g.output is Format.JSON:
+    if output is Format.JSON:
         write_json([{"input": v, "value": s or None} for v, s in results], stdout())
     else:
         for _, sanitized in results:
             if sanitized:
                 stdout().write(sanitized + "\n")
     if len(failed) == 1:
-        fail(f"{failed[0]!r} has no alphanumeric character to keep: it cannot be a label value")
+        raise ReconcileError(
+            f"{failed[0]!r} has no alphanumeric character to keep: it cannot be a label value"
+        )
     if failed:
-        fail(
+        raise ReconcileError(
             f"{', '.join(repr(v) for v in failed)} have no alphanumeric character to keep: "
             "they cannot be label values"
         )
-    sys.exit(EXIT_OK)
+    return EXIT_OK
 
 
 @main.command()
 @common_options
 @outputs(*ALL_FORMATS)
 @cluster_option
-def audit(g: Globals, clusters: tuple[str, ...]) -> None:
+def audit(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     """Check the GPU label conventions on every live GPU node (nvidia.com/gpu.present=true).
 
     One line `<node> <key> <reason>` per finding (missing, not-a-number, too-long,
@@ -97,16 +97,19 @@ def audit(g: Globals, clusters: tuple[str, ...]) -> None:
         render_findings(
             [audit_line(f) for f in findings],
             [{"node": f.node, "key": f.key, "reason": f.reason} for f in findings],
-            g.output,
+            output,
             out,
             title="GPU label audit",
         )
         return EXIT_DRIFT if findings else EXIT_OK
 
-    sys.exit(
-        per_cluster(
-            g, clusters, lambda _, cluster: operations.audit(cluster), show, needs_desired=False
-        )
+    return per_cluster(
+        session,
+        output,
+        clusters,
+        lambda _, cluster: operations.audit(cluster),
+        show,
+        needs_desired=False,
     )
 
 
@@ -120,7 +123,7 @@ def drivers_group() -> None:
 @outputs(*TEXT_AND_JSON)
 @click.argument("node", required=False)
 @click.option("--all", "all_nodes", is_flag=True, help="Every GPU node, as `<node> <tag>` lines.")
-def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
+def drivers_tag(session: Session, output: Format, node: str | None, all_nodes: bool) -> int:
     """The precompiled driver image tag of a live node:
     `<cuda.driver.major>-<kernel-version.full>-<os_release.ID><os_release.VERSION_ID>`.
 
@@ -130,22 +133,21 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
     from reconcile.gpu import operations
 
     if bool(node) == all_nodes:
-        fail("give a NODE or --all")
+        raise ReconcileError("give a NODE or --all")
     if node:
         check_node_name(node)
-    with errors_to_exit_codes():
-        found = operations.tags(g.connect(), node)
-    render_tags(found, g.output, stdout(), with_node=all_nodes)
+    found = operations.tags(session.connect(), node)
+    render_tags(found, output, stdout(), with_node=all_nodes)
     if problems := [t.problem for t in found if t.problem]:
-        fail("; ".join(problems))
-    sys.exit(EXIT_OK)
+        raise ReconcileError("; ".join(problems))
+    return EXIT_OK
 
 
 @drivers_group.command("audit")
 @common_options
 @outputs(*ALL_FORMATS)
 @cluster_option
-def drivers_audit(g: Globals, clusters: tuple[str, ...]) -> None:
+def drivers_audit(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     """Every live GPU node whose driver image is not in desired/drivers/: `<node> MISSING <tag>`
     and exit 1; otherwise OK and exit 0. A node whose tag cannot be built is an error (exit 2)."""
     from reconcile.cli.views import render_image_audit
@@ -156,51 +158,53 @@ def drivers_audit(g: Globals, clusters: tuple[str, ...]) -> None:
     def show(coverage: list[Coverage], out: TextIO, err: TextIO) -> int:
         # A node whose tag cannot be built is listed too (`<node> UNKNOWN <why>`): stdout
         # never says OK while the exit code says the audit could not be completed.
-        shown = render_image_audit(coverage, g.output, out)
+        shown = render_image_audit(coverage, output, out)
         broken.extend(f"{c.node}: {c.problem}" for c in shown if c.tag is None)
         return EXIT_DRIFT if shown else EXIT_OK
 
     code = per_cluster(
-        g, clusters, lambda target, cluster: operations.image_audit(target.state, cluster), show
+        session,
+        output,
+        clusters,
+        lambda target, cluster: operations.image_audit(target.state, cluster),
+        show,
     )
     if broken:
-        fail("; ".join(broken))
-    sys.exit(code)
+        raise ReconcileError("; ".join(broken))
+    return code
 
 
 @main.command()
 @common_options
 @outputs(*TEXT_AND_JSON)
 @cluster_option
-def report(g: Globals, clusters: tuple[str, ...]) -> None:
+def report(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
     tag and driver upgrade state, as shell-sourceable KEY=value lines (in a fleet, each
     cluster's variables start with its name: LAB__NODES=)."""
     from reconcile.cli.views import render_report, report_clash, report_prefix
-    from reconcile.diagnostics import ReconcileError
     from reconcile.gpu import operations
 
     def show(summary: Report, out: TextIO, err: TextIO) -> int:
-        render_report(summary, g.output, out)
+        render_report(summary, output, out)
         for node in summary.nodes:
             if node.problem:
                 log.warning("%s: %s", node.name, node.problem)
         return EXIT_OK
 
     def one_variable_each(reports: Mapping[str | None, Report]) -> None:
-        if g.output is Format.TEXT and (clash := report_clash(reports)) is not None:
+        if output is Format.TEXT and (clash := report_clash(reports)) is not None:
             raise ReconcileError(clash)
 
-    sys.exit(
-        per_cluster(
-            g,
-            clusters,
-            lambda target, cluster: operations.report(target.state, cluster),
-            show,
-            first=report_prefix,
-            check=one_variable_each,
-        )
+    return per_cluster(
+        session,
+        output,
+        clusters,
+        lambda target, cluster: operations.report(target.state, cluster),
+        show,
+        first=report_prefix,
+        check=one_variable_each,
     )
 
 
@@ -268,7 +272,8 @@ def report(g: Globals, clusters: tuple[str, ...]) -> None:
 )
 @click.option("--cluster", metavar="NAME", help="In a fleet: the cluster the nodes are in.")
 def upgrade(
-    g: Globals,
+    session: Session,
+    output: Format,
     nodes: tuple[str, ...],
     version: str,
     selector: str | None,
@@ -283,7 +288,7 @@ def upgrade(
     force: bool,
     write_desired: bool,
     cluster: str | None,
-) -> None:
+) -> int:
     """Move nodes to another driver the way the GPU Operator's upgrade controller does:
     image in the support matrix first, budgets second, then cordon, drain through the
     Eviction API, relabel, validate, uncordon. Each step moves the node's
@@ -305,11 +310,11 @@ def upgrade(
         log.info("%s named more than once: upgraded once", ", ".join(repeated))
         nodes = tuple(dict.fromkeys(nodes))
     if bool(nodes) == bool(selector):
-        fail("give the NODE(s) to upgrade, or --selector for a pool (not both)")
+        raise ReconcileError("give the NODE(s) to upgrade, or --selector for a pool (not both)")
     try:
         drivers.split_driver_version(version)
     except ValueError as e:
-        fail(str(e))
+        raise ReconcileError(str(e)) from None
     pool = (
         selector is not None
         or len(nodes) > 1
@@ -317,43 +322,42 @@ def upgrade(
         or wait_for_completion is not None
         or max_parallel != 1
         or max_unavailable != "25%"
-        or g.output is Format.JSON
+        or output is Format.JSON
     )
-    with errors_to_exit_codes():
-        target = one_target(g, cluster, "upgrade")
-        if not pool:
-            _upgrade_one(
-                g,
-                target,
-                nodes[0],
-                version,
-                dry_run,
-                timeout,
-                ignore_daemonsets,
-                force,
-                write_desired,
-            )
-        from reconcile.gpu.rollout import RolloutRequest
-
-        request = RolloutRequest(
+    target = one_target(session, cluster, "upgrade")
+    if not pool:
+        return _upgrade_one(
+            session,
+            target,
+            nodes[0],
             version,
-            target.state,
-            nodes=nodes,
-            selector=selector,
-            max_parallel=max_parallel,
-            max_unavailable=max_unavailable,
-            canary=canary,
-            wait_for_completion=wait_for_completion,
-            wait_timeout=wait_timeout,
-            timeout=timeout,
-            ignore_daemonsets=ignore_daemonsets,
-            force=force,
+            dry_run,
+            timeout,
+            ignore_daemonsets,
+            force,
+            write_desired,
         )
-        _rollout(g, target, request, dry_run=dry_run, write_desired=write_desired)
+    from reconcile.gpu.rollout import RolloutRequest
+
+    request = RolloutRequest(
+        version,
+        target.state,
+        nodes=nodes,
+        selector=selector,
+        max_parallel=max_parallel,
+        max_unavailable=max_unavailable,
+        canary=canary,
+        wait_for_completion=wait_for_completion,
+        wait_timeout=wait_timeout,
+        timeout=timeout,
+        ignore_daemonsets=ignore_daemonsets,
+        force=force,
+    )
+    return _rollout(session, output, target, request, dry_run=dry_run, write_desired=write_desired)
 
 
 def _upgrade_one(
-    g: Globals,
+    session: Session,
     target: Target,
     node: str,
     version: str,
@@ -362,7 +366,7 @@ def _upgrade_one(
     ignore_daemonsets: bool,
     force: bool,
     write_desired: bool,
-) -> None:
+) -> int:
     from reconcile.gpu import operations
     from reconcile.gpu.upgrade import UpgradeFailed
 
@@ -376,7 +380,7 @@ def _upgrade_one(
         node,
         version,
         target.state,
-        g.desired,
+        session.desired,
         dry_run=dry_run,
         timeout=timeout,
         ignore_daemonsets=ignore_daemonsets,
@@ -389,26 +393,33 @@ def _upgrade_one(
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         operations.upgrade(
-            request, g.connect(None, target), emit, lambda line: log.info("%s", line)
+            request, session.connect(None, target), emit, lambda line: log.info("%s", line)
         )
     except operations.UpgradeInterrupted as e:
         stderr().write(f"{e}\n")
-        sys.exit(EXIT_SIGINT)
+        return EXIT_SIGINT
     except UpgradeFailed as e:
-        fail(str(e))
+        raise ReconcileError(str(e)) from None
     finally:
         signal.signal(signal.SIGINT, previous)
-    sys.exit(EXIT_OK)
+    return EXIT_OK
 
 
 def _rollout(
-    g: Globals, target: Target, request: RolloutRequest, *, dry_run: bool, write_desired: bool
-) -> None:
+    session: Session,
+    output: Format,
+    target: Target,
+    request: RolloutRequest,
+    *,
+    dry_run: bool,
+    write_desired: bool,
+) -> int:
     """A pool: preflight everything, print the batches (dry run) or run them."""
     import datetime
     import threading
 
-    from reconcile.cli.app import Phases, stoppable
+    from reconcile.app.session import stoppable
+    from reconcile.cli.app import Phases
     from reconcile.cli.views import write_json
     from reconcile.gpu import operations
     from reconcile.gpu.upgrade import STATE
@@ -426,23 +437,23 @@ def _rollout(
             when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             events.append({"time": when, "node": step.subject, "state": step.value})
             states[step.subject] = step.value
-            if g.output is Format.TEXT:
+            if output is Format.TEXT:
                 summary.done()
                 stdout().write(f"{step.subject} {step.value}\n")
                 stdout().flush()
             finished = sum(1 for v in states.values() if v == "upgrade-done")
             summary(f"rollout: {finished} done, {len(states) - finished} started")
 
-    cluster = g.connect(None, target)
+    cluster = session.connect(None, target)
     job, plan = operations.rollout_plan(request, cluster, emit, lambda line: log.info("%s", line))
     marker = " (dry run)" if dry_run else ""
-    if dry_run or g.output is Format.TEXT:
+    if dry_run or output is Format.TEXT:
         lines = [f"{node} done (already on {request.version}){marker}" for node in plan.done]
         lines += [
             f"batch {b.number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}{marker}"
             for b in plan.batches
         ]
-        if g.output is Format.TEXT:
+        if output is Format.TEXT:
             stdout().write("".join(line + "\n" for line in lines))
             stdout().flush()
     document: dict[str, object] = {
@@ -455,10 +466,10 @@ def _rollout(
         "alreadyDone": list(plan.done),
     }
     if dry_run:
-        if g.output is Format.JSON:
+        if output is Format.JSON:
             write_json(document, stdout())
-        _desired_after(g, request, cluster, [*plan.done, *plan.targets], write=False)
-        sys.exit(EXIT_OK)
+        _desired_after(session, request, cluster, [*plan.done, *plan.targets], write=False)
+        return EXIT_OK
     with stoppable() as stopped:
         watcher = threading.Thread(
             target=lambda: _stop_when(stopped, job.stop), daemon=True, name="rollout-stop"
@@ -472,22 +483,24 @@ def _rollout(
         notStarted=list(result.not_started),
         events=events,
     )
-    if g.output is Format.JSON:
+    if output is Format.JSON:
         write_json(document, stdout())
-    _desired_after(g, request, cluster, [*plan.done, *result.done], write=write_desired)
+    _desired_after(session, request, cluster, [*plan.done, *result.done], write=write_desired)
     if result.ok:
-        sys.exit(EXIT_OK)
+        return EXIT_OK
     parts = [f"{n} failed: {e}" for n, e in result.failed]
     parts.append(f"done: {', '.join(result.done) or 'none'}")
     parts.append(f"not started: {', '.join(result.not_started) or 'none'}")
     if stopped:
         stderr().write("interrupted: " + "; ".join(parts) + "; rerun the same command to resume\n")
-        sys.exit(EXIT_SIGINT)
-    fail("rollout stopped: " + "; ".join(parts) + "; rerun the same command to resume")
+        return EXIT_SIGINT
+    raise ReconcileError(
+        "rollout stopped: " + "; ".join(parts) + "; rerun the same command to resume"
+    )
 
 
 def _desired_after(
-    g: Globals,
+    session: Session,
     request: RolloutRequest,
     cluster: Cluster,
     upgraded: Sequence[str],
@@ -505,7 +518,7 @@ def _desired_after(
     live = cluster.list_nodes() if request.desired.groups else []
     if write:
         written, notes = operations.write_driver_labels(
-            request.desired, g.desired, request.version, upgraded, live
+            request.desired, session.desired, request.version, upgraded, live
         )
         for line in written:
             log.info("%s: commit it", line)

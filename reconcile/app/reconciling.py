@@ -311,7 +311,7 @@ def _apply_fleet(
             result = operations.apply(
                 request, cluster, policy=gpu.policy(target.state), should_stop=lambda: bool(stopped)
             )
-            after = _plan(cluster, dataclasses.replace(planning, prune=False), target.state, QUIET)
+            after = _plan(cluster, planning.but(prune=False), target.state, QUIET)
             return ClusterApplied(result, after)
 
         chosen = set(found.names)

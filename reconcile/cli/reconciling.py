@@ -49,8 +49,9 @@ def _planning(**options: bool) -> PlanRequest:
     """The plan request argv asks for; each cluster's desired/ fills it in."""
     from reconcile.desired.models import DesiredState
     from reconcile.engine.operations import PlanRequest
+    from reconcile.engine.plan import PlanOptions
 
-    return PlanRequest(DesiredState(), **options)
+    return PlanRequest(DesiredState(), PlanOptions.of(**options))
 
 
 def _prune_options(command: F) -> F:

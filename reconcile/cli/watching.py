@@ -352,6 +352,7 @@ def watch(
     from reconcile.desired.models import DesiredState
     from reconcile.engine import operations
     from reconcile.engine.leader import LeaderElector, NoLeaseNamespace
+    from reconcile.engine.plan import PlanOptions
     from reconcile.engine.watch import Watcher, WatchRequest
     from reconcile.gpu import checks as gpu
 
@@ -386,10 +387,12 @@ def watch(
     request = WatchRequest(
         planning=operations.PlanRequest(
             DesiredState(),
-            prune=prune,
-            allow_empty_prune=allow_empty_prune,
-            force_conflicts=force_conflicts,
-            allow_evictions=allow_evictions,
+            PlanOptions.of(
+                prune=prune,
+                allow_empty_prune=allow_empty_prune,
+                force_conflicts=force_conflicts,
+                allow_evictions=allow_evictions,
+            ),
         ),
         correct=correct,
         allow_refused=allow_missing_image,

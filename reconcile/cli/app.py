@@ -34,7 +34,7 @@ from reconcile.cli.output import (
     log,
     severity_prefix,
 )
-from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError
+from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError, Severity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -209,7 +209,7 @@ def _error(message: str) -> NoReturn:
     """One `error:` line (whatever the message holds), then exit 2. A URL in it loses its
     user info: a password embedded in the server URL is never printed."""
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    stderr().write(f"{severity_prefix('error', sys.stderr)} {diag.without_userinfo(line)}\n")
+    stderr().write(f"{severity_prefix(Severity.ERROR, sys.stderr)} {diag.without_userinfo(line)}\n")
     sys.exit(EXIT_ERROR)
 
 

@@ -213,7 +213,7 @@ def render_diagnostics(diagnostics: Sequence[Diagnostic], err: TextIO) -> None:
             err.write(f"{diagnostic}\n")  # compiler style: `file:line:col: message`
             continue
         where = f"{diagnostic.source}: " if diagnostic.source else ""
-        tag = severity_prefix(str(diagnostic.severity), err)
+        tag = severity_prefix(diagnostic.severity, err)
         log.warning("%s%s %s", where, tag, diagnostic.message, extra={"plain": True})
 
 

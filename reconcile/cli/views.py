@@ -32,7 +32,7 @@ from reconcile.kube import labels
 # importing the engine (a view that needs one of its constants imports it where it does).
 if TYPE_CHECKING:
     from reconcile.engine.apply import ApplyResult
-    from reconcile.engine.diff import FieldChange, LabelChange
+    from reconcile.engine.diff import FieldChange, NodeChange
     from reconcile.engine.fleet import FleetPlan
     from reconcile.engine.imports import FileChange
     from reconcile.engine.placement import Placement
@@ -300,7 +300,7 @@ def render_plan(
         )
 
 
-def _plan_summary(plan: Plan, changes: Sequence[tuple[str, LabelChange]]) -> list[str]:
+def _plan_summary(plan: Plan, changes: Sequence[tuple[str, NodeChange]]) -> list[str]:
     """One line for the nodes and one for the objects, each only when it has something."""
     lines = []
     node_parts = []
@@ -450,7 +450,7 @@ def _code(text: str, *, cell: bool = True) -> str:
 # --- apply ---------------------------------------------------------------------------------
 
 
-def _change_json(node: str, change: LabelChange) -> dict[str, Any]:
+def _change_json(node: str, change: NodeChange) -> dict[str, Any]:
     return {"node": node, **change.model_dump(mode="json")}
 
 

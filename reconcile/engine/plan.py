@@ -32,7 +32,7 @@ from pydantic.alias_generators import to_camel
 from reconcile.desired.models import DesiredNode, DesiredState, json_schemas
 from reconcile.desired.reserved import LABEL_INVENTORY, RECONCILE_ANNOTATIONS
 from reconcile.diagnostics import EmptyPrune, Severity
-from reconcile.engine.diff import FieldChange, LabelChange, NodeChange, fact_drift
+from reconcile.engine.diff import FieldChange, NodeChange, fact_drift
 from reconcile.engine.facts import (
     BY_FACT,
     INVENTORIES,
@@ -282,7 +282,7 @@ class Plan(_PlanContent, PlanOptions, _PlanOrigin):
         """Drift or findings: what makes `plan` exit 1."""
         return self.has_drift or bool(self.findings)
 
-    def lines(self) -> Iterator[tuple[str, LabelChange]]:
+    def lines(self) -> Iterator[tuple[str, NodeChange]]:
         """(node, change) pairs sorted by node then key, as the drift lines print them."""
         for node in self.nodes:
             for change in node.changes:

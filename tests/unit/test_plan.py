@@ -24,7 +24,7 @@ from reconcile.engine.apply import (
     check_fresh,
 )
 from reconcile.engine.checks import Projection
-from reconcile.engine.diff import Action, LabelChange, fact_drift
+from reconcile.engine.diff import Action, NodeChange, fact_drift
 from reconcile.engine.facts import BY_FACT, RULES, Fact
 from reconcile.engine.plan import (
     INVENTORY_ANNOTATION,
@@ -572,7 +572,7 @@ def test_json_plan_is_the_saved_plan_format() -> None:
 
 
 def test_apply_views_match_golden_files() -> None:
-    change = LabelChange(
+    change = NodeChange(
         key="nvidia.com/gpu.count",
         action=Action.UPDATE,
         before="9",

@@ -384,7 +384,9 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
 
 def _md_field(change: FieldChange) -> tuple[str, str]:
     """The Live and Desired cells of one field; a sensitive value is never shown."""
-    added, removed = change.action.value == "add", change.action.value == "remove"
+    from reconcile.engine.diff import Action
+
+    added, removed = change.action is Action.ADD, change.action is Action.REMOVE
     if change.sensitive:
         return (
             "*(absent)*" if added else "*(sensitive value)*",

@@ -422,9 +422,10 @@ def _rollout(
     from reconcile.cli.app import Phases
     from reconcile.cli.views import write_json
     from reconcile.gpu import operations
+    from reconcile.gpu.rollout import RolloutDocument, RolloutOutcome, StateEvent
     from reconcile.gpu.upgrade import STATE
 
-    events: list[dict[str, str]] = []
+    events: list[StateEvent] = []
     states: dict[str, str] = {}
     lock = threading.Lock()
     summary = Phases()
@@ -435,7 +436,7 @@ def _rollout(
             return
         with lock:
             when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            events.append({"time": when, "node": step.subject, "state": step.value})
+            events.append(StateEvent(time=when, node=step.subject, state=step.value))
             states[step.subject] = step.value
             if output is Format.TEXT:
                 summary.done()
@@ -456,18 +457,10 @@ def _rollout(
         if output is Format.TEXT:
             stdout().write("".join(line + "\n" for line in lines))
             stdout().flush()
-    document: dict[str, object] = {
-        "apiVersion": "reconcile.dev/v1alpha1",
-        "kind": "Rollout",
-        "driver": request.version,
-        "dryRun": dry_run,
-        "maxUnavailable": plan.limit,
-        "batches": [{"nodes": list(b.nodes), "canary": b.canary} for b in plan.batches],
-        "alreadyDone": list(plan.done),
-    }
+    planned = RolloutDocument.of(request.version, plan, dry_run=dry_run)
     if dry_run:
         if output is Format.JSON:
-            write_json(document, stdout())
+            write_json(planned.model_dump(mode="json"), stdout())
         _desired_after(session, request, cluster, [*plan.done, *plan.targets], write=False)
         return EXIT_OK
     with stoppable() as stopped:
@@ -477,26 +470,16 @@ def _rollout(
         watcher.start()
         result = job.run(plan)
     summary.done()
-    document.update(
-        done=list(result.done),
-        failed=[{"node": n, "error": e} for n, e in result.failed],
-        notStarted=list(result.not_started),
-        events=events,
-    )
+    outcome = RolloutOutcome.after(planned, result, events)
     if output is Format.JSON:
-        write_json(document, stdout())
+        write_json(outcome.model_dump(mode="json"), stdout())
     _desired_after(session, request, cluster, [*plan.done, *result.done], write=write_desired)
-    if result.ok:
+    if outcome.ok:
         return EXIT_OK
-    parts = [f"{n} failed: {e}" for n, e in result.failed]
-    parts.append(f"done: {', '.join(result.done) or 'none'}")
-    parts.append(f"not started: {', '.join(result.not_started) or 'none'}")
     if stopped:
-        stderr().write("interrupted: " + "; ".join(parts) + "; rerun the same command to resume\n")
+        stderr().write(f"interrupted: {outcome.summary}; rerun the same command to resume\n")
         return EXIT_SIGINT
-    raise ReconcileError(
-        "rollout stopped: " + "; ".join(parts) + "; rerun the same command to resume"
-    )
+    raise ReconcileError(f"rollout stopped: {outcome.summary}; rerun the same command to resume")
 
 
 def _desired_after(

@@ -3,16 +3,18 @@ and sanitizing vendor strings into label values."""
 
 from __future__ import annotations
 
-import signal
-from typing import TYPE_CHECKING, TextIO
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
 
+from reconcile.app.rollouts import DEFAULT_MAX_UNAVAILABLE, NodeUpgraded, Pacing
 from reconcile.app.session import Session
-from reconcile.app.targets import one_target
 from reconcile.cli.app import (
     ALL_FORMATS,
     TEXT_AND_JSON,
+    Phases,
     check_node_name,
     common_options,
     duration,
@@ -34,14 +36,16 @@ from reconcile.cli.output import (
 from reconcile.diagnostics import ReconcileError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping
+    from typing import Unpack
 
-    from reconcile.app.session import Target
+    from reconcile.app.rollouts import RolledOut, UpgradeOptions
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report
-    from reconcile.gpu.rollout import RolloutRequest
+    from reconcile.gpu.rollout import RolloutDocument
     from reconcile.gpu.upgrade import Step
-    from reconcile.kube.client import Cluster
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -208,6 +212,53 @@ def report(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     )
 
 
+def _pacing_options(command: F) -> F:
+    """A pool's pacing options, given to the command as one `pacing` argument."""
+
+    @click.option(
+        "--max-parallel",
+        type=click.IntRange(1, 100),
+        default=1,
+        show_default=True,
+        help="Nodes upgraded at once (a batch).",
+    )
+    @click.option(
+        "--max-unavailable",
+        default=DEFAULT_MAX_UNAVAILABLE,
+        show_default=True,
+        metavar="N|P%",
+        help="Selected GPU nodes that may be cordoned or not Ready at once (percent rounds up).",
+    )
+    @click.option("--canary", metavar="NODE", help="Upgrade this node alone, first.")
+    @click.option(
+        "--wait-for-completion",
+        metavar="POD-SELECTOR",
+        help="Before draining a node, wait for its pods matching this selector to finish.",
+    )
+    @click.option(
+        "--wait-timeout",
+        default="1h",
+        show_default=True,
+        callback=duration,
+        metavar="DURATION",
+        help="How long --wait-for-completion waits per node.",
+    )
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        max_parallel: int,
+        max_unavailable: str,
+        canary: str | None,
+        wait_for_completion: str | None,
+        wait_timeout: float,
+        **kwargs: Any,
+    ) -> Any:
+        pacing = Pacing(max_parallel, max_unavailable, canary, wait_for_completion, wait_timeout)
+        return command(*args, pacing=pacing, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 @main.command()
 @common_options
 @outputs(*TEXT_AND_JSON)
@@ -220,34 +271,7 @@ def report(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     help="The driver version to move to, e.g. 550.90.07.",
 )
 @click.option("-l", "--selector", metavar="SELECTOR", help="The pool: every node it selects.")
-@click.option(
-    "--max-parallel",
-    type=click.IntRange(1, 100),
-    default=1,
-    show_default=True,
-    help="Nodes upgraded at once (a batch).",
-)
-@click.option(
-    "--max-unavailable",
-    default="25%",
-    show_default=True,
-    metavar="N|P%",
-    help="Selected GPU nodes that may be cordoned or not Ready at once (percent rounds up).",
-)
-@click.option("--canary", metavar="NODE", help="Upgrade this node alone, first.")
-@click.option(
-    "--wait-for-completion",
-    metavar="POD-SELECTOR",
-    help="Before draining a node, wait for its pods matching this selector to finish.",
-)
-@click.option(
-    "--wait-timeout",
-    default="1h",
-    show_default=True,
-    callback=duration,
-    metavar="DURATION",
-    help="How long --wait-for-completion waits per node.",
-)
+@_pacing_options
 @click.option(
     "--dry-run", is_flag=True, help="Run the preflight and print the steps, change nothing."
 )
@@ -277,17 +301,8 @@ def upgrade(
     nodes: tuple[str, ...],
     version: str,
     selector: str | None,
-    max_parallel: int,
-    max_unavailable: str,
-    canary: str | None,
-    wait_for_completion: str | None,
-    wait_timeout: float,
-    dry_run: bool,
-    timeout: float,
-    ignore_daemonsets: bool,
-    force: bool,
-    write_desired: bool,
-    cluster: str | None,
+    pacing: Pacing,
+    **options: Unpack[UpgradeOptions],
 ) -> int:
     """Move nodes to another driver the way the GPU Operator's upgrade controller does:
     image in the support matrix first, budgets second, then cordon, drain through the
@@ -299,240 +314,85 @@ def upgrade(
     preflighted before the first write, then batches of --max-parallel, `<node> <state>`
     per state change.
     """
-    from reconcile.gpu import drivers
+    from reconcile.app import rollouts
 
-    for node in (*nodes, *([canary] if canary else [])):
-        check_node_name(node)
-    # A node named twice is upgraded once: two workers on one node would race through its
-    # states (and `upgrade N N` is then the one-node upgrade of N).
-    repeated = sorted({node for node in nodes if nodes.count(node) > 1})
-    if repeated:
-        log.info("%s named more than once: upgraded once", ", ".join(repeated))
-        nodes = tuple(dict.fromkeys(nodes))
-    if bool(nodes) == bool(selector):
-        raise ReconcileError("give the NODE(s) to upgrade, or --selector for a pool (not both)")
-    try:
-        drivers.split_driver_version(version)
-    except ValueError as e:
-        raise ReconcileError(str(e)) from None
-    pool = (
-        selector is not None
-        or len(nodes) > 1
-        or canary is not None
-        or wait_for_completion is not None
-        or max_parallel != 1
-        or max_unavailable != "25%"
-        or output is Format.JSON
-    )
-    target = one_target(session, cluster, "upgrade")
-    if not pool:
-        return _upgrade_one(
-            session,
-            target,
-            nodes[0],
-            version,
-            dry_run,
-            timeout,
-            ignore_daemonsets,
-            force,
-            write_desired,
-        )
-    from reconcile.gpu.rollout import RolloutRequest
-
-    request = RolloutRequest(
-        version,
-        target.state,
-        nodes=nodes,
-        selector=selector,
-        max_parallel=max_parallel,
-        max_unavailable=max_unavailable,
-        canary=canary,
-        wait_for_completion=wait_for_completion,
-        wait_timeout=wait_timeout,
-        timeout=timeout,
-        ignore_daemonsets=ignore_daemonsets,
-        force=force,
-    )
-    return _rollout(session, output, target, request, dry_run=dry_run, write_desired=write_desired)
+    request = rollouts.DriverUpgrade(
+        version, nodes, selector, pacing, document=output is Format.JSON, **options
+    ).checked()
+    view = _UpgradeView(output, dry_run=request.dry_run)
+    result = rollouts.upgrade(session, request, view)
+    view.render(result)
+    return view.exit_code(result)
 
 
-def _upgrade_one(
-    session: Session,
-    target: Target,
-    node: str,
-    version: str,
-    dry_run: bool,
-    timeout: float,
-    ignore_daemonsets: bool,
-    force: bool,
-    write_desired: bool,
-) -> int:
-    from reconcile.gpu import operations
-    from reconcile.gpu.upgrade import UpgradeFailed
+class _UpgradeView:
+    """`upgrade`'s output. One node: each step as it happens. A pool: its batches (text),
+    `<node> <state>` per state change (text) under a progress line on a terminal, then
+    its Rollout document (json). Then desired/'s notes, and the exit code."""
 
-    marker = " (dry run)" if dry_run else ""
+    def __init__(self, output: Format, *, dry_run: bool) -> None:
+        self.output = output
+        self.marker = " (dry run)" if dry_run else ""
+        self.progress = Phases()
 
-    def emit(step: Step) -> None:
-        stdout().write(upgrade_line(step) + marker + "\n")
+    def note(self, line: str) -> None:
+        log.info("%s", line)
+
+    def step(self, step: Step) -> None:
+        stdout().write(upgrade_line(step) + self.marker + "\n")
         stdout().flush()
 
-    request = operations.UpgradeRequest(
-        node,
-        version,
-        target.state,
-        session.desired,
-        dry_run=dry_run,
-        timeout=timeout,
-        ignore_daemonsets=ignore_daemonsets,
-        force=force,
-        write_desired=write_desired,
-    )
-    # Ctrl-C stops the upgrade at a state a rerun resumes from, whatever SIGINT was when
-    # the command started (a shell ignores it for a job started with `&`): as apply and
-    # pool rollouts install their own handlers.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        operations.upgrade(
-            request, session.connect(None, target), emit, lambda line: log.info("%s", line)
-        )
-    except operations.UpgradeInterrupted as e:
-        stderr().write(f"{e}\n")
-        return EXIT_SIGINT
-    except UpgradeFailed as e:
-        raise ReconcileError(str(e)) from None
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    return EXIT_OK
-
-
-def _rollout(
-    session: Session,
-    output: Format,
-    target: Target,
-    request: RolloutRequest,
-    *,
-    dry_run: bool,
-    write_desired: bool,
-) -> int:
-    """A pool: preflight everything, print the batches (dry run) or run them."""
-    import datetime
-    import threading
-
-    from reconcile.app.session import stoppable
-    from reconcile.cli.app import Phases
-    from reconcile.cli.views import write_json
-    from reconcile.gpu import operations
-    from reconcile.gpu.upgrade import STATE
-
-    events: list[dict[str, str]] = []
-    states: dict[str, str] = {}
-    lock = threading.Lock()
-    summary = Phases()
-
-    def emit(step: Step) -> None:
-        if step.field != STATE:
-            log.debug("%s", upgrade_line(step))
+    def planned(self, rollout: RolloutDocument) -> None:
+        if self.output is not Format.TEXT:
             return
-        with lock:
-            when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            events.append({"time": when, "node": step.subject, "state": step.value})
-            states[step.subject] = step.value
-            if output is Format.TEXT:
-                summary.done()
-                stdout().write(f"{step.subject} {step.value}\n")
-                stdout().flush()
-            finished = sum(1 for v in states.values() if v == "upgrade-done")
-            summary(f"rollout: {finished} done, {len(states) - finished} started")
-
-    cluster = session.connect(None, target)
-    job, plan = operations.rollout_plan(request, cluster, emit, lambda line: log.info("%s", line))
-    marker = " (dry run)" if dry_run else ""
-    if dry_run or output is Format.TEXT:
-        lines = [f"{node} done (already on {request.version}){marker}" for node in plan.done]
+        lines = [f"{node} done (already on {rollout.driver})" for node in rollout.alreadyDone]
         lines += [
-            f"batch {b.number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}{marker}"
-            for b in plan.batches
+            f"batch {number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}"
+            for number, b in enumerate(rollout.batches, 1)
         ]
-        if output is Format.TEXT:
-            stdout().write("".join(line + "\n" for line in lines))
+        stdout().write("".join(line + self.marker + "\n" for line in lines))
+        stdout().flush()
+
+    def detail(self, step: Step) -> None:
+        log.debug("%s", upgrade_line(step))
+
+    def moved(self, node: str, state: str, done: int, started: int) -> None:
+        if self.output is Format.TEXT:
+            self.progress.done()
+            stdout().write(f"{node} {state}\n")
             stdout().flush()
-    document: dict[str, object] = {
-        "apiVersion": "reconcile.dev/v1alpha1",
-        "kind": "Rollout",
-        "driver": request.version,
-        "dryRun": dry_run,
-        "maxUnavailable": plan.limit,
-        "batches": [{"nodes": list(b.nodes), "canary": b.canary} for b in plan.batches],
-        "alreadyDone": list(plan.done),
-    }
-    if dry_run:
-        if output is Format.JSON:
-            write_json(document, stdout())
-        _desired_after(session, request, cluster, [*plan.done, *plan.targets], write=False)
-        return EXIT_OK
-    with stoppable() as stopped:
-        watcher = threading.Thread(
-            target=lambda: _stop_when(stopped, job.stop), daemon=True, name="rollout-stop"
-        )
-        watcher.start()
-        result = job.run(plan)
-    summary.done()
-    document.update(
-        done=list(result.done),
-        failed=[{"node": n, "error": e} for n, e in result.failed],
-        notStarted=list(result.not_started),
-        events=events,
-    )
-    if output is Format.JSON:
-        write_json(document, stdout())
-    _desired_after(session, request, cluster, [*plan.done, *result.done], write=write_desired)
-    if result.ok:
-        return EXIT_OK
-    parts = [f"{n} failed: {e}" for n, e in result.failed]
-    parts.append(f"done: {', '.join(result.done) or 'none'}")
-    parts.append(f"not started: {', '.join(result.not_started) or 'none'}")
-    if stopped:
-        stderr().write("interrupted: " + "; ".join(parts) + "; rerun the same command to resume\n")
-        return EXIT_SIGINT
-    raise ReconcileError(
-        "rollout stopped: " + "; ".join(parts) + "; rerun the same command to resume"
-    )
+        self.progress(f"rollout: {done} done, {started} started")
 
+    def render(self, result: NodeUpgraded | RolledOut) -> None:
+        from reconcile.cli.views import write_json
 
-def _desired_after(
-    session: Session,
-    request: RolloutRequest,
-    cluster: Cluster,
-    upgraded: Sequence[str],
-    *,
-    write: bool,
-) -> None:
-    """The driver labels desired/ declares for the nodes on the target now (done before or
-    in this run, or in a dry run's plan): written with `write`, else one note when desired/
-    still declares the old driver (the next apply would revert them)."""
-    from reconcile.gpu import operations
-
-    if not upgraded:
-        return
-    # Only a group's selector needs the live labels.
-    live = cluster.list_nodes() if request.desired.groups else []
-    if write:
-        written, notes = operations.write_driver_labels(
-            request.desired, session.desired, request.version, upgraded, live
-        )
-        for line in written:
+        if isinstance(result, NodeUpgraded):
+            return
+        if result.outcome is not None:
+            self.progress.done()
+        if self.output is Format.JSON:
+            write_json(result.document.model_dump(mode="json"), stdout())
+        for line in result.desired.written:
             log.info("%s: commit it", line)
-        for line in notes:
+        for line in result.desired.left_alone:
             log.warning("%s", line)
-        return
-    stale = operations.stale_driver_note(request.desired, request.version, upgraded, live)
-    if stale is not None:
-        log.info("%s", stale)
+        if result.desired.stale is not None:
+            log.info("%s", result.desired.stale)
 
-
-def _stop_when(stopped: list[int], stop: Callable[[], None]) -> None:
-    import time
-
-    while not stopped:
-        time.sleep(0.2)
-    stop()
+    def exit_code(self, result: NodeUpgraded | RolledOut) -> int:
+        """EXIT_OK; EXIT_SIGINT, saying where a rerun resumes, when a signal stopped the
+        run; a rollout stopped by a failure is a ReconcileError naming it."""
+        if isinstance(result, NodeUpgraded):
+            if result.interrupted is None:
+                return EXIT_OK
+            stderr().write(f"{result.interrupted}\n")
+            return EXIT_SIGINT
+        outcome = result.outcome
+        if outcome is None or outcome.ok:
+            return EXIT_OK
+        if result.stopped_by is not None:
+            stderr().write(f"interrupted: {outcome.summary}; rerun the same command to resume\n")
+            return EXIT_SIGINT
+        raise ReconcileError(
+            f"rollout stopped: {outcome.summary}; rerun the same command to resume"
+        )

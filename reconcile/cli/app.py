@@ -13,23 +13,19 @@ pays for its own imports only: `validate`, `sanitize` and `schemas` start fast, 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import gc
 import importlib
 import logging
-import signal
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TextIO, TypeVar
+from typing import Any, Final, NoReturn, TextIO, TypeVar
 
 import click
 
 from reconcile import diagnostics as diag
+from reconcile.app.session import Session
 from reconcile.cli.output import (
     EXIT_ERROR,
     EXIT_SIGINT,
@@ -38,15 +34,7 @@ from reconcile.cli.output import (
     log,
     severity_prefix,
 )
-from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError
-
-if TYPE_CHECKING:
-    from reconcile.desired.fleet import DesiredFleet
-    from reconcile.desired.models import DesiredState
-    from reconcile.engine.operations import PlanRequest
-    from reconcile.engine.plan import Plan
-    from reconcile.kube.client import Cluster
-
+from reconcile.diagnostics import Diagnostic, InvalidInput, ReconcileError, Severity
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -59,120 +47,6 @@ COMMANDS: Final = {
     **dict.fromkeys(("placement", "import", "rbac", "schemas", "completion", "sandbox"), "toolbox"),
     "watch": "watching",
 }
-
-
-@dataclass(frozen=True)
-class Globals:
-    desired: Path
-    kubeconfig: str | None
-    context: str | None
-    output: Format
-    request_timeout: float = 30.0
-    connected: list[Cluster] = dataclasses.field(default_factory=list)
-    # A fleet's clusters connected to before desired/ was read (reading_ahead): each
-    # taken by the first `connect` of its target, or the error connecting to it met.
-    ahead: dict[str, Cluster | ReconcileError] = dataclasses.field(default_factory=dict)
-
-    def connect(self, timeout: float | None = None, target: Target | None = None) -> Cluster:
-        """The cluster (a fleet's `target`); transient failures are retried until `timeout`
-        (overall) runs out."""
-        if target is None or target.name is None:
-            in_cluster = target is not None and target.in_cluster
-            return self.connect_to(timeout, self.context, in_cluster=in_cluster)
-        found = self.ahead.pop(target.name, None)
-        if isinstance(found, ReconcileError):
-            raise found
-        if found is not None:
-            return found
-        return self.connect_to(timeout, target.context, in_cluster=target.in_cluster)
-
-    def connect_to(
-        self, timeout: float | None, context: str | None, *, in_cluster: bool = False
-    ) -> Cluster:
-        """The cluster of kubeconfig `context` (or the one reconcile runs in)."""
-        from reconcile.kube.client import Cluster
-
-        cluster = Cluster.connect(
-            self.kubeconfig,
-            context,
-            request_timeout=self.request_timeout,
-            timeout=timeout,
-            in_cluster=in_cluster,
-        )
-        if not cluster.tls_verified and all(c.server != cluster.server for c in self.connected):
-            log.warning("TLS verification is off for %s", cluster.server)
-        self.connected.append(cluster)
-        return cluster
-
-    def connect_later(self, timeout: float | None = None) -> Callable[[], Cluster]:
-        """`connect`, when the caller gets that far."""
-        return functools.partial(self.connect, timeout)
-
-
-@contextmanager
-def reading_ahead(
-    g: Globals, timeout: float | None, *, fleet_clusters: tuple[str, ...] | None = None
-) -> Iterator[Callable[[], Cluster]]:
-    """The kubeconfig's cluster, what every plan reads first (its identity, every node)
-    already being read while the caller reads desired/: at fleet scale the LIST is most of
-    a plan, and the API server answers it while desired/ is parsed. Only reads go out
-    before desired/ is known to be valid; when the caller stops early (an invalid tree),
-    the reads stop too. A kubeconfig problem is raised when the cluster is asked for, so
-    desired/'s own problems come first, as ever.
-
-    In a fleet, with `fleet_clusters` (the --cluster names, () for all), each cluster
-    clusters.yaml names is read ahead the same way and taken by `g.connect` for its
-    target; without it (apply: its waves read each cluster when they reach it), a fleet
-    connects to each cluster later."""
-    if (g.desired / "clusters.yaml").is_file():
-        started = _fleet_ahead(g, timeout, fleet_clusters) if fleet_clusters is not None else []
-        try:
-            yield g.connect_later(timeout)
-        finally:
-            for cluster in started:
-                cluster.stop_reading_ahead(wait=False)
-            for cluster in started:
-                cluster.stop_reading_ahead()
-        return
-    try:
-        cluster = g.connect(timeout)
-    except ReconcileError as e:
-        problem = e
-
-        def refused() -> Cluster:
-            raise problem
-
-        yield refused
-        return
-    cluster.read_ahead()
-    try:
-        yield lambda: cluster
-    finally:
-        cluster.stop_reading_ahead()
-
-
-def _fleet_ahead(g: Globals, timeout: float | None, chosen: tuple[str, ...]) -> list[Cluster]:
-    """Each chosen cluster of the fleet connected to and read ahead (g.ahead), when
-    clusters.yaml reads on its own and the command line is one the fleet accepts; the
-    clusters reading."""
-    from reconcile.desired import fleet as fleets
-
-    found = fleets.clusters(g.desired)
-    if found is None or g.context or not set(chosen) <= {c.name for c in found}:
-        return []  # refused or reported once desired/ is read: nothing is asked
-    started = []
-    for member in found:
-        if chosen and member.name not in chosen:
-            continue
-        try:
-            cluster = g.connect_to(timeout, member.context, in_cluster=member.inCluster)
-        except ReconcileError as e:
-            g.ahead[member.name] = e  # the cluster's own error, when its plan asks for it
-            continue
-        cluster.read_ahead()
-        g.ahead[member.name] = cluster
-        started.append(cluster)
-    return started
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -202,8 +76,15 @@ def parallel_option(command: F) -> F:
     )(command)
 
 
+def _warnings(problems: Sequence[Diagnostic]) -> None:
+    """desired/'s warnings, printed once it is read (before anything else happens)."""
+    from reconcile.cli.views import render_diagnostics
+
+    render_diagnostics(problems, stderr())
+
+
 def common_options(command: F) -> F:
-    """The options every command takes, gathered into one `Globals` argument `g`."""
+    """The options every command takes: a `Session` argument `session`, and `output`."""
 
     @click.option(
         "--desired",
@@ -251,18 +132,11 @@ def common_options(command: F) -> F:
         **kwargs: Any,
     ) -> Any:
         configure_logging(verbose=verbose, quiet=quiet)
-        g = Globals(desired, kubeconfig, context, Format(output), request_timeout)
+        session = Session(desired, kubeconfig, context, request_timeout, on_problems=_warnings)
         try:
-            return command(*args, g=g, **kwargs)
+            return command(*args, session=session, output=Format(output), **kwargs)
         finally:
-            for cluster in g.connected:
-                log.debug(
-                    "%d request(s) to %s, %d retried",
-                    cluster.requests,
-                    cluster.server,
-                    cluster.retries,
-                )
-                cluster.close()
+            session.close()
 
     return wrapper  # type: ignore[return-value]
 
@@ -273,12 +147,12 @@ def outputs(*allowed: Format) -> Callable[[F], F]:
 
     def decorate(command: F) -> F:
         @functools.wraps(command)
-        def wrapper(*args: Any, g: Globals, **kwargs: Any) -> Any:
-            if g.output not in allowed:
+        def wrapper(*args: Any, output: Format, **kwargs: Any) -> Any:
+            if output not in allowed:
                 name = click.get_current_context().command_path
                 shown = ", ".join(f.value for f in allowed)
-                fail(f"{name} does not render -o {g.output.value}: use {shown}")
-            return command(*args, g=g, **kwargs)
+                raise ReconcileError(f"{name} does not render -o {output.value}: use {shown}")
+            return command(*args, output=output, **kwargs)
 
         return wrapper  # type: ignore[return-value]
 
@@ -289,24 +163,6 @@ TEXT_AND_JSON: Final = (Format.TEXT, Format.JSON)
 ALL_FORMATS: Final = (Format.TEXT, Format.JSON, Format.MARKDOWN)
 # plan and apply: the drift lines, also wide.
 DRIFT_FORMATS: Final = (*ALL_FORMATS, Format.WIDE)
-
-
-@contextmanager
-def stoppable() -> Iterator[list[int]]:
-    """While applying, SIGINT and SIGTERM only ask to stop: requests in flight finish,
-    nothing new starts, and what was applied is still reported. The list receives the
-    signal's number. (The handler just appends: a lock taken in a handler can deadlock.)"""
-    received: list[int] = []
-
-    def on_signal(number: int, frame: FrameType | None) -> None:
-        received.append(number)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield received
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 class Phases:
@@ -325,19 +181,6 @@ class Phases:
         if self.shown:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
-
-
-def gpu_plan(cluster: Cluster, request: PlanRequest, *, quiet: bool = False) -> Plan:
-    """The plan with the GPU domain's policy and checks (gpu.checks.plan): what `plan`
-    and `apply` run, each step shown on a terminal (unless `quiet`: clusters of a fleet
-    are planned at once)."""
-    from reconcile.gpu import checks as gpu
-
-    phases = Phases(shown=not quiet)
-    try:
-        return gpu.plan(request, cluster, phase=phases)
-    finally:
-        phases.done()
 
 
 def progress_bar(noun: str) -> Callable[[int, int], None] | None:
@@ -362,41 +205,12 @@ def stderr() -> TextIO:
     return sys.stderr
 
 
-def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    """One `error:` line (whatever the message holds), then exit. A URL in it loses its
+def _error(message: str) -> NoReturn:
+    """One `error:` line (whatever the message holds), then exit 2. A URL in it loses its
     user info: a password embedded in the server URL is never printed."""
     line = " ".join(part.strip() for part in message.splitlines() if part.strip())
-    stderr().write(f"{severity_prefix('error', sys.stderr)} {diag.without_userinfo(line)}\n")
-    sys.exit(code)
-
-
-def plan_key() -> bytes | None:
-    """The key saved plans are signed and verified with (RECONCILE_PLAN_KEY), if set."""
-    import os
-
-    key = os.environ.get("RECONCILE_PLAN_KEY")
-    if key is None:
-        return None
-    if not key.strip():
-        fail("RECONCILE_PLAN_KEY is set but empty: set it to a secret, or unset it")
-    return key.encode()
-
-
-@contextmanager
-def errors_to_exit_codes() -> Iterator[None]:
-    """Turn our exceptions into messages on stderr and exit code 2; Ctrl-C into 130."""
-    try:
-        yield
-    except InvalidInput as e:
-        from reconcile.cli.views import render_diagnostics
-
-        render_diagnostics(e.diagnostics, stderr())
-        fail(f"{e}: nothing was changed in the cluster")
-    except ReconcileError as e:
-        fail(str(e))
-    except KeyboardInterrupt:
-        stderr().write("interrupted\n")
-        sys.exit(EXIT_SIGINT)
+    stderr().write(f"{severity_prefix(Severity.ERROR, sys.stderr)} {diag.without_userinfo(line)}\n")
+    sys.exit(EXIT_ERROR)
 
 
 def check_node_name(node: str) -> None:
@@ -405,108 +219,7 @@ def check_node_name(node: str) -> None:
 
     problem = name_problem(node, "node")
     if problem:
-        fail(problem)
-
-
-@dataclass(frozen=True)
-class Target:
-    """One cluster a command works on: its name in the fleet (None without a fleet), its
-    desired state, and how to reach it (else the kubeconfig's current context)."""
-
-    name: str | None
-    state: DesiredState
-    context: str | None = None
-    in_cluster: bool = False
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """desired/ as read: one tree, or a fleet of them; and every problem found."""
-
-    fleet: DesiredFleet | None
-    state: DesiredState
-    problems: list[Diagnostic]
-
-
-def load_tree(g: Globals, *, coverage_check: bool) -> Loaded:
-    """desired/ loaded, and every problem with it: the files, then (when they load) the
-    GPU label conventions and what can never schedule, for each cluster's tree of a
-    fleet (each problem once). `coverage_check` adds the support-matrix check that
-    `plan` makes against the cluster instead."""
-    from reconcile.desired import fleet as fleets
-    from reconcile.engine import placement, workloads
-    from reconcile.gpu import drivers
-
-    fleet, state, problems = fleets.load(g.desired)
-    if not diag.has_errors(problems):
-        found = [
-            problem
-            for tree in (fleet.trees.values() if fleet is not None else (state,))
-            for problem in (
-                *drivers.desired_diagnostics(tree, coverage_check=coverage_check),
-                *placement.desired_diagnostics(tree),
-                *workloads.desired_diagnostics(tree),
-            )
-        ]
-        problems = sorted(dict.fromkeys([*problems, *found]), key=diag.sort_key)
-    return Loaded(fleet, state, problems)
-
-
-def desired_problems(g: Globals, *, coverage_check: bool) -> tuple[DesiredState, list[Diagnostic]]:
-    """The one tree of desired/ (empty for a fleet) and every problem found in it."""
-    loaded = load_tree(g, coverage_check=coverage_check)
-    return loaded.state, loaded.problems
-
-
-def _checked(g: Globals) -> Loaded:
-    from reconcile.cli.views import render_diagnostics
-
-    loaded = load_tree(g, coverage_check=False)
-    if diag.has_errors(loaded.problems):
-        raise InvalidInput(loaded.problems)
-    render_diagnostics(loaded.problems, stderr())
-    return loaded
-
-
-def load_or_fail(g: Globals) -> DesiredState:
-    """The validated desired state; every problem printed and exit 2 if there is one. A
-    command that works on one tree refuses a fleet."""
-    loaded = _checked(g)
-    if loaded.fleet is not None:
-        fail(
-            f"{g.desired}/clusters.yaml declares a fleet: this command works on one "
-            "cluster's tree; use a command that takes --cluster"
-        )
-    return loaded.state
-
-
-def one_target(g: Globals, cluster: str | None, command: str) -> Target:
-    """The one cluster a command that works on a single cluster runs on: in a fleet the
-    one --cluster names (required), else the kubeconfig's."""
-    fleet, targets = load_targets(g, (cluster,) if cluster else ())
-    if fleet is not None and cluster is None:
-        names = ", ".join(c.name for c in fleet.clusters)
-        fail(f"{command} works on one cluster of the fleet: give --cluster NAME (one of: {names})")
-    return targets[0]
-
-
-def load_targets(g: Globals, clusters: tuple[str, ...]) -> tuple[DesiredFleet | None, list[Target]]:
-    """The clusters a fleet-aware command works on: every cluster of the fleet, or those
-    named by --cluster; without a fleet, the one cluster of the kubeconfig."""
-    loaded = _checked(g)
-    fleet = loaded.fleet
-    if fleet is None:
-        if clusters:
-            fail(f"--cluster needs a fleet: {g.desired}/clusters.yaml not found")
-        return None, [Target(None, loaded.state)]
-    if g.context:
-        fail("--context does not apply to a fleet: each cluster names its context in clusters.yaml")
-    names = [c.name for c in fleet.clusters]
-    unknown = [c for c in clusters if c not in names]
-    if unknown:
-        fail(f"--cluster {unknown[0]}: the fleet has no such cluster (it has: {', '.join(names)})")
-    chosen = [c for c in fleet.clusters if not clusters or c.name in clusters]
-    return fleet, [Target(c.name, fleet.trees[c.name], c.context, c.inCluster) for c in chosen]
+        raise ReconcileError(problem)
 
 
 class _Main(click.Group):
@@ -530,11 +243,21 @@ class _Main(click.Group):
         # default threshold (700) collecting costs a third of its CPU time.
         gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
         try:
-            return super().invoke(ctx)
+            code = super().invoke(ctx)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except BrokenPipeError:
             raise  # stdout went away (`| head`): click handles it
+        except InvalidInput as e:
+            from reconcile.cli.views import render_diagnostics
+
+            render_diagnostics(e.diagnostics, stderr())
+            _error(f"{e}: nothing was changed in the cluster")
+        except ReconcileError as e:
+            _error(str(e))
+        except KeyboardInterrupt:
+            stderr().write("interrupted\n")
+            sys.exit(EXIT_SIGINT)
         except Exception as e:
             if log.isEnabledFor(logging.DEBUG):
                 import traceback
@@ -544,7 +267,10 @@ class _Main(click.Group):
             else:
                 hint = " (run with -v for the traceback)"
             text = str(e).splitlines()[0][:300] if str(e) else ""
-            fail(f"internal error: {type(e).__name__}: {text}{hint}")
+            _error(f"internal error: {type(e).__name__}: {text}{hint}")
+        if code:
+            sys.exit(code)
+        return code
 
 
 @click.group(

@@ -11,24 +11,22 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 import click
 
-from reconcile.cli.app import Globals, Target, fail, stderr, stdout
+from reconcile.app.session import Session, Target
+from reconcile.cli.app import stderr, stdout
 from reconcile.cli.output import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, Format, Prefixed, for_cluster
+from reconcile.diagnostics import ReconcileError
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from reconcile.desired.fleet import DesiredFleet
-    from reconcile.engine.apply import ApplyResult
+    from reconcile.app.reconciling import ClusterApplied, FleetApplied, FleetPlanned
     from reconcile.engine.fleet import Outcome
-    from reconcile.engine.operations import PlanRequest
-    from reconcile.engine.plan import Plan
     from reconcile.kube.client import Cluster
 
 
@@ -76,122 +74,64 @@ def show_each(
 
 
 def fail_clusters(failed: Sequence[str], total: int) -> None:
-    """Exit 2 with one `error:` line when any cluster failed (the others were shown)."""
+    """One error naming the clusters that failed, when any did (the others were shown)."""
     if failed:
-        fail(f"{len(failed)} of {total} cluster(s) failed: " + "; ".join(failed))
+        raise ReconcileError(f"{len(failed)} of {total} cluster(s) failed: " + "; ".join(failed))
 
 
 # --- plan -----------------------------------------------------------------------------------
 
 
-def plan_fleet(
-    g: Globals,
-    fleet: DesiredFleet,
-    targets: list[Target],
-    planning: PlanRequest,
-    *,
-    timeout: float,
+def show_plans(
+    planned: FleetPlanned,
+    output: Format,
     out_file: Path | None,
-    key: bytes | None = None,
+    key: bytes | None,
+    *,
     show_owner: bool,
 ) -> int:
-    """Plan every target concurrently; render; the exit code of the fleet. The saved
-    plans are signed with `key` when there is one."""
-    import dataclasses
+    """Each cluster's plan rendered, the fleet plan saved (signed with `key` when there is
+    one) unless a cluster failed; the exit code of the fleet."""
+    from reconcile.app.reconciling import save_plan
+    from reconcile.cli.views import fleet_markdown, render_plan, write_json
 
-    from reconcile.cli.app import gpu_plan
-    from reconcile.cli.views import render_plan
-    from reconcile.engine import fleet as fleets
-
-    by_name = {t.name: t for t in targets}
-
-    def plan_one(name: str) -> Plan:
-        target = by_name[name]
-        cluster = g.connect(timeout, target)
-        return gpu_plan(cluster, dataclasses.replace(planning, desired=target.state), quiet=True)
-
-    outcomes = fleets.each([str(t.name) for t in targets], plan_one)
-    saved = fleets.FleetPlan(
-        fleet=fleet.name,
-        plans={o.cluster: o.value for o in outcomes if o.value is not None},
-        errors={o.cluster: o.error for o in outcomes if o.error is not None},
-    )
-    if g.output is Format.JSON:
-        from reconcile.cli.views import write_json
-
+    saved = planned.saved
+    if output is Format.JSON:
         write_json(saved.model_dump(mode="json"), stdout())
-    elif g.output is Format.MARKDOWN:
-        from reconcile.cli.views import fleet_markdown
-
+    elif output is Format.MARKDOWN:
         fleet_markdown(saved, stdout())
     failed = (
         [f"{name}: {error}" for name, error in saved.errors.items()]
-        if g.output in (Format.JSON, Format.MARKDOWN)
+        if output in (Format.JSON, Format.MARKDOWN)
         else show_each(
-            outcomes,
-            lambda plan, out, err: render_plan(plan, g.output, out, err, show_owner=show_owner),
+            planned.outcomes,
+            lambda plan, out, err: render_plan(plan, output, out, err, show_owner=show_owner),
         )
     )
     if out_file is not None:
         if failed:
             stderr().write(f"the fleet plan was not saved to {out_file}: a cluster failed\n")
         else:
-            from reconcile.engine.saved import sign
-
-            signed = (
-                {n: sign(p, key) for n, p in saved.plans.items()}
-                if key is not None
-                else saved.plans
-            )
-            try:
-                saved.model_copy(update={"plans": signed}).save(out_file)
-            except OSError as e:
-                fail(f"cannot write the plan to {out_file}: {e.strerror or e}")
-    fail_clusters(failed, len(targets))
-    return EXIT_DRIFT if any(p.needs_attention for p in saved.plans.values()) else EXIT_OK
+            save_plan(saved, out_file, key)
+    fail_clusters(failed, len(planned.outcomes))
+    return EXIT_DRIFT if planned.needs_attention else EXIT_OK
 
 
 # --- apply ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Applied:
-    """One cluster's apply in a fleet: what was written, and the plan taken after it."""
-
-    result: ApplyResult
-    after: Plan
-
-    @property
-    def converged(self) -> bool:
-        return (
-            self.result.ok
-            and not self.after.has_drift
-            and not any(f.is_error for f in self.after.findings)
-        )
-
-
-def apply_fleet(
-    g: Globals,
-    fleet: DesiredFleet,
-    targets: list[Target],
-    apply_one: Callable[[Target], Applied],
-) -> int:
-    """Wave by wave: each wave's clusters concurrently, each checked converged (its plan
-    taken again is empty, with no error finding) before the next wave starts."""
+def show_applied(applied: FleetApplied, output: Format) -> int:
+    """Each cluster's apply rendered (with a note where the plan taken after it is not
+    empty); the exit code of the fleet, or one error naming the wave that stopped it."""
     from reconcile.cli.views import render_apply
-    from reconcile.engine import fleet as fleets
 
-    chosen = {t.name for t in targets}
-    by_name = {t.name: t for t in targets}
-    waves = [[c.name for c in wave if c.name in chosen] for wave in fleet.waves]
-    waves = [wave for wave in waves if wave]
-    run = fleets.in_waves(waves, lambda name: apply_one(by_name[name]), lambda a: a.converged)
+    run = applied.run
 
-    def render(applied: Applied, out: TextIO, err: TextIO) -> None:
-        render_apply(applied.result, g.output, out, err)
-        if applied.result.ok and not applied.converged:
-            left = sum(1 for _ in applied.after.lines()) + len(applied.after.objects)
-            errors = [f for f in applied.after.findings if f.is_error]
+    def render(one: ClusterApplied, out: TextIO, err: TextIO) -> None:
+        render_apply(one.result, output, out, err)
+        if one.result.ok and not one.converged:
+            left = sum(1 for _ in one.after.lines()) + len(one.after.objects)
+            errors = [f for f in one.after.findings if f.is_error]
             err.write(
                 f"not converged: the plan taken after apply still has {left} change(s) and "
                 f"{len(errors)} error finding(s)\n"
@@ -203,7 +143,7 @@ def apply_fleet(
     ]
     if run.stopped_after is not None:
         done = [o.cluster for o in run.outcomes if o.value is not None and o.value.converged]
-        fail(
+        raise ReconcileError(
             f"wave {run.stopped_after} did not converge ({'; '.join(failed)}): "
             f"applied: {', '.join(done) or 'none'}; not applied: "
             f"{', '.join(run.not_started) or 'none'}"
@@ -215,7 +155,8 @@ def apply_fleet(
 
 
 def per_cluster(
-    g: Globals,
+    session: Session,
+    output: Format,
     clusters: tuple[str, ...],
     work: Callable[[Target, Cluster], T],
     show: Callable[[T, TextIO, TextIO], int],
@@ -233,33 +174,30 @@ def per_cluster(
     lines are prefixed, else under None) and may refuse them all with a ReconcileError."""
     import json
 
-    from reconcile.cli.app import errors_to_exit_codes, load_targets
+    from reconcile.app.targets import load_targets
     from reconcile.desired import fleet as desired_fleet
     from reconcile.desired.models import DesiredState
     from reconcile.engine import fleet as fleets
 
-    with errors_to_exit_codes():
-        if not clusters and not desired_fleet.is_fleet(g.desired) and not needs_desired:
-            targets = [Target(None, DesiredState())]
-        else:
-            _, targets = load_targets(g, clusters)
-        if targets[0].name is None:
-            value = work(targets[0], g.connect())
-            if check is not None:
-                check({None: value})
-            return show(value, stdout(), stderr())
-        by_name = {t.name: t for t in targets}
-        outcomes = fleets.each(
-            [str(t.name) for t in targets],
-            lambda name: work(by_name[name], g.connect(None, by_name[name])),
-        )
+    if not clusters and not desired_fleet.is_fleet(session.desired) and not needs_desired:
+        targets = [Target(None, DesiredState())]
+    else:
+        targets = load_targets(session, clusters).targets
+    if targets[0].name is None:
+        value = work(targets[0], session.connect())
         if check is not None:
-            several = len(outcomes) > 1
-            check(
-                {o.cluster if several else None: o.value for o in outcomes if o.value is not None}
-            )
+            check({None: value})
+        return show(value, stdout(), stderr())
+    by_name = {t.name: t for t in targets}
+    outcomes = fleets.each(
+        [str(t.name) for t in targets],
+        lambda name: work(by_name[name], session.connect(None, by_name[name])),
+    )
+    if check is not None:
+        several = len(outcomes) > 1
+        check({o.cluster if several else None: o.value for o in outcomes if o.value is not None})
     codes = [EXIT_OK]
-    if g.output in (Format.JSON, Format.MARKDOWN):
+    if output in (Format.JSON, Format.MARKDOWN):
         documents = {}
         for outcome in outcomes:
             if outcome.value is None:
@@ -269,7 +207,7 @@ def per_cluster(
                 codes.append(show(outcome.value, out, err))
             stderr().write(err.getvalue())
             documents[outcome.cluster] = out.getvalue()
-        if g.output is Format.JSON:
+        if output is Format.JSON:
             from reconcile.cli.views import write_json
             from reconcile.engine.plan import PLAN_API_VERSION
 

@@ -3,23 +3,22 @@ and sanitizing vendor strings into label values."""
 
 from __future__ import annotations
 
-import signal
-import sys
-from typing import TYPE_CHECKING, TextIO
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import click
 
+from reconcile.app.rollouts import DEFAULT_MAX_UNAVAILABLE, NodeUpgraded, Pacing
+from reconcile.app.session import Session
 from reconcile.cli.app import (
     ALL_FORMATS,
     TEXT_AND_JSON,
-    Globals,
+    Phases,
     check_node_name,
     common_options,
     duration,
-    errors_to_exit_codes,
-    fail,
     main,
-    one_target,
     outputs,
     stderr,
     stdout,
@@ -34,23 +33,26 @@ from reconcile.cli.output import (
     log,
     upgrade_line,
 )
+from reconcile.diagnostics import ReconcileError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping
+    from typing import Unpack
 
-    from reconcile.cli.app import Target
+    from reconcile.app.rollouts import RolledOut, UpgradeOptions
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report
-    from reconcile.gpu.rollout import RolloutRequest
+    from reconcile.gpu.rollout import RolloutDocument
     from reconcile.gpu.upgrade import Step
-    from reconcile.kube.client import Cluster
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @common_options
 @outputs(*TEXT_AND_JSON)
 @click.argument("values", nargs=-1, required=True)
-def sanitize(g: Globals, values: tuple[str, ...]) -> None:
+def sanitize(session: Session, output: Format, values: tuple[str, ...]) -> int:
     """Make vendor strings valid label values: one output line per VALUE.
 
     \b
@@ -64,27 +66,29 @@ def sanitize(g: Globals, values: tuple[str, ...]) -> None:
 
     results = [(value, sanitize_label_value(value)) for value in values]
     failed = [value for value, sanitized in results if not sanitized]
-    if g.output is Format.JSON:
+    if output is Format.JSON:
         write_json([{"input": v, "value": s or None} for v, s in results], stdout())
     else:
         for _, sanitized in results:
             if sanitized:
                 stdout().write(sanitized + "\n")
     if len(failed) == 1:
-        fail(f"{failed[0]!r} has no alphanumeric character to keep: it cannot be a label value")
+        raise ReconcileError(
+            f"{failed[0]!r} has no alphanumeric character to keep: it cannot be a label value"
+        )
     if failed:
-        fail(
+        raise ReconcileError(
             f"{', '.join(repr(v) for v in failed)} have no alphanumeric character to keep: "
             "they cannot be label values"
         )
-    sys.exit(EXIT_OK)
+    return EXIT_OK
 
 
 @main.command()
 @common_options
 @outputs(*ALL_FORMATS)
 @cluster_option
-def audit(g: Globals, clusters: tuple[str, ...]) -> None:
+def audit(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     """Check the GPU label conventions on every live GPU node (nvidia.com/gpu.present=true).
 
     One line `<node> <key> <reason>` per finding (missing, not-a-number, too-long,
@@ -97,16 +101,19 @@ def audit(g: Globals, clusters: tuple[str, ...]) -> None:
         render_findings(
             [audit_line(f) for f in findings],
             [{"node": f.node, "key": f.key, "reason": f.reason} for f in findings],
-            g.output,
+            output,
             out,
             title="GPU label audit",
         )
         return EXIT_DRIFT if findings else EXIT_OK
 
-    sys.exit(
-        per_cluster(
-            g, clusters, lambda _, cluster: operations.audit(cluster), show, needs_desired=False
-        )
+    return per_cluster(
+        session,
+        output,
+        clusters,
+        lambda _, cluster: operations.audit(cluster),
+        show,
+        needs_desired=False,
     )
 
 
@@ -120,7 +127,7 @@ def drivers_group() -> None:
 @outputs(*TEXT_AND_JSON)
 @click.argument("node", required=False)
 @click.option("--all", "all_nodes", is_flag=True, help="Every GPU node, as `<node> <tag>` lines.")
-def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
+def drivers_tag(session: Session, output: Format, node: str | None, all_nodes: bool) -> int:
     """The precompiled driver image tag of a live node:
     `<cuda.driver.major>-<kernel-version.full>-<os_release.ID><os_release.VERSION_ID>`.
 
@@ -130,22 +137,21 @@ def drivers_tag(g: Globals, node: str | None, all_nodes: bool) -> None:
     from reconcile.gpu import operations
 
     if bool(node) == all_nodes:
-        fail("give a NODE or --all")
+        raise ReconcileError("give a NODE or --all")
     if node:
         check_node_name(node)
-    with errors_to_exit_codes():
-        found = operations.tags(g.connect(), node)
-    render_tags(found, g.output, stdout(), with_node=all_nodes)
+    found = operations.tags(session.connect(), node)
+    render_tags(found, output, stdout(), with_node=all_nodes)
     if problems := [t.problem for t in found if t.problem]:
-        fail("; ".join(problems))
-    sys.exit(EXIT_OK)
+        raise ReconcileError("; ".join(problems))
+    return EXIT_OK
 
 
 @drivers_group.command("audit")
 @common_options
 @outputs(*ALL_FORMATS)
 @cluster_option
-def drivers_audit(g: Globals, clusters: tuple[str, ...]) -> None:
+def drivers_audit(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     """Every live GPU node whose driver image is not in desired/drivers/: `<node> MISSING <tag>`
     and exit 1; otherwise OK and exit 0. A node whose tag cannot be built is an error (exit 2)."""
     from reconcile.cli.views import render_image_audit
@@ -156,52 +162,101 @@ def drivers_audit(g: Globals, clusters: tuple[str, ...]) -> None:
     def show(coverage: list[Coverage], out: TextIO, err: TextIO) -> int:
         # A node whose tag cannot be built is listed too (`<node> UNKNOWN <why>`): stdout
         # never says OK while the exit code says the audit could not be completed.
-        shown = render_image_audit(coverage, g.output, out)
+        shown = render_image_audit(coverage, output, out)
         broken.extend(f"{c.node}: {c.problem}" for c in shown if c.tag is None)
         return EXIT_DRIFT if shown else EXIT_OK
 
     code = per_cluster(
-        g, clusters, lambda target, cluster: operations.image_audit(target.state, cluster), show
+        session,
+        output,
+        clusters,
+        lambda target, cluster: operations.image_audit(target.state, cluster),
+        show,
     )
     if broken:
-        fail("; ".join(broken))
-    sys.exit(code)
+        raise ReconcileError("; ".join(broken))
+    return code
 
 
 @main.command()
 @common_options
 @outputs(*TEXT_AND_JSON)
 @cluster_option
-def report(g: Globals, clusters: tuple[str, ...]) -> None:
+def report(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     """A summary computed now from the live cluster and desired/: NODES= (GPU nodes),
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
     tag and driver upgrade state, as shell-sourceable KEY=value lines (in a fleet, each
     cluster's variables start with its name: LAB__NODES=)."""
     from reconcile.cli.views import render_report, report_clash, report_prefix
-    from reconcile.diagnostics import ReconcileError
     from reconcile.gpu import operations
 
     def show(summary: Report, out: TextIO, err: TextIO) -> int:
-        render_report(summary, g.output, out)
+        render_report(summary, output, out)
         for node in summary.nodes:
             if node.problem:
                 log.warning("%s: %s", node.name, node.problem)
         return EXIT_OK
 
     def one_variable_each(reports: Mapping[str | None, Report]) -> None:
-        if g.output is Format.TEXT and (clash := report_clash(reports)) is not None:
+        if output is Format.TEXT and (clash := report_clash(reports)) is not None:
             raise ReconcileError(clash)
 
-    sys.exit(
-        per_cluster(
-            g,
-            clusters,
-            lambda target, cluster: operations.report(target.state, cluster),
-            show,
-            first=report_prefix,
-            check=one_variable_each,
-        )
+    return per_cluster(
+        session,
+        output,
+        clusters,
+        lambda target, cluster: operations.report(target.state, cluster),
+        show,
+        first=report_prefix,
+        check=one_variable_each,
     )
+
+
+def _pacing_options(command: F) -> F:
+    """A pool's pacing options, given to the command as one `pacing` argument."""
+
+    @click.option(
+        "--max-parallel",
+        type=click.IntRange(1, 100),
+        default=1,
+        show_default=True,
+        help="Nodes upgraded at once (a batch).",
+    )
+    @click.option(
+        "--max-unavailable",
+        default=DEFAULT_MAX_UNAVAILABLE,
+        show_default=True,
+        metavar="N|P%",
+        help="Selected GPU nodes that may be cordoned or not Ready at once (percent rounds up).",
+    )
+    @click.option("--canary", metavar="NODE", help="Upgrade this node alone, first.")
+    @click.option(
+        "--wait-for-completion",
+        metavar="POD-SELECTOR",
+        help="Before draining a node, wait for its pods matching this selector to finish.",
+    )
+    @click.option(
+        "--wait-timeout",
+        default="1h",
+        show_default=True,
+        callback=duration,
+        metavar="DURATION",
+        help="How long --wait-for-completion waits per node.",
+    )
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        max_parallel: int,
+        max_unavailable: str,
+        canary: str | None,
+        wait_for_completion: str | None,
+        wait_timeout: float,
+        **kwargs: Any,
+    ) -> Any:
+        pacing = Pacing(max_parallel, max_unavailable, canary, wait_for_completion, wait_timeout)
+        return command(*args, pacing=pacing, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @main.command()
@@ -216,34 +271,7 @@ def report(g: Globals, clusters: tuple[str, ...]) -> None:
     help="The driver version to move to, e.g. 550.90.07.",
 )
 @click.option("-l", "--selector", metavar="SELECTOR", help="The pool: every node it selects.")
-@click.option(
-    "--max-parallel",
-    type=click.IntRange(1, 100),
-    default=1,
-    show_default=True,
-    help="Nodes upgraded at once (a batch).",
-)
-@click.option(
-    "--max-unavailable",
-    default="25%",
-    show_default=True,
-    metavar="N|P%",
-    help="Selected GPU nodes that may be cordoned or not Ready at once (percent rounds up).",
-)
-@click.option("--canary", metavar="NODE", help="Upgrade this node alone, first.")
-@click.option(
-    "--wait-for-completion",
-    metavar="POD-SELECTOR",
-    help="Before draining a node, wait for its pods matching this selector to finish.",
-)
-@click.option(
-    "--wait-timeout",
-    default="1h",
-    show_default=True,
-    callback=duration,
-    metavar="DURATION",
-    help="How long --wait-for-completion waits per node.",
-)
+@_pacing_options
 @click.option(
     "--dry-run", is_flag=True, help="Run the preflight and print the steps, change nothing."
 )
@@ -268,22 +296,14 @@ def report(g: Globals, clusters: tuple[str, ...]) -> None:
 )
 @click.option("--cluster", metavar="NAME", help="In a fleet: the cluster the nodes are in.")
 def upgrade(
-    g: Globals,
+    session: Session,
+    output: Format,
     nodes: tuple[str, ...],
     version: str,
     selector: str | None,
-    max_parallel: int,
-    max_unavailable: str,
-    canary: str | None,
-    wait_for_completion: str | None,
-    wait_timeout: float,
-    dry_run: bool,
-    timeout: float,
-    ignore_daemonsets: bool,
-    force: bool,
-    write_desired: bool,
-    cluster: str | None,
-) -> None:
+    pacing: Pacing,
+    **options: Unpack[UpgradeOptions],
+) -> int:
     """Move nodes to another driver the way the GPU Operator's upgrade controller does:
     image in the support matrix first, budgets second, then cordon, drain through the
     Eviction API, relabel, validate, uncordon. Each step moves the node's
@@ -294,232 +314,85 @@ def upgrade(
     preflighted before the first write, then batches of --max-parallel, `<node> <state>`
     per state change.
     """
-    from reconcile.gpu import drivers
+    from reconcile.app import rollouts
 
-    for node in (*nodes, *([canary] if canary else [])):
-        check_node_name(node)
-    # A node named twice is upgraded once: two workers on one node would race through its
-    # states (and `upgrade N N` is then the one-node upgrade of N).
-    repeated = sorted({node for node in nodes if nodes.count(node) > 1})
-    if repeated:
-        log.info("%s named more than once: upgraded once", ", ".join(repeated))
-        nodes = tuple(dict.fromkeys(nodes))
-    if bool(nodes) == bool(selector):
-        fail("give the NODE(s) to upgrade, or --selector for a pool (not both)")
-    try:
-        drivers.split_driver_version(version)
-    except ValueError as e:
-        fail(str(e))
-    pool = (
-        selector is not None
-        or len(nodes) > 1
-        or canary is not None
-        or wait_for_completion is not None
-        or max_parallel != 1
-        or max_unavailable != "25%"
-        or g.output is Format.JSON
-    )
-    with errors_to_exit_codes():
-        target = one_target(g, cluster, "upgrade")
-        if not pool:
-            _upgrade_one(
-                g,
-                target,
-                nodes[0],
-                version,
-                dry_run,
-                timeout,
-                ignore_daemonsets,
-                force,
-                write_desired,
-            )
-        from reconcile.gpu.rollout import RolloutRequest
-
-        request = RolloutRequest(
-            version,
-            target.state,
-            nodes=nodes,
-            selector=selector,
-            max_parallel=max_parallel,
-            max_unavailable=max_unavailable,
-            canary=canary,
-            wait_for_completion=wait_for_completion,
-            wait_timeout=wait_timeout,
-            timeout=timeout,
-            ignore_daemonsets=ignore_daemonsets,
-            force=force,
-        )
-        _rollout(g, target, request, dry_run=dry_run, write_desired=write_desired)
+    request = rollouts.DriverUpgrade(
+        version, nodes, selector, pacing, document=output is Format.JSON, **options
+    ).checked()
+    view = _UpgradeView(output, dry_run=request.dry_run)
+    result = rollouts.upgrade(session, request, view)
+    view.render(result)
+    return view.exit_code(result)
 
 
-def _upgrade_one(
-    g: Globals,
-    target: Target,
-    node: str,
-    version: str,
-    dry_run: bool,
-    timeout: float,
-    ignore_daemonsets: bool,
-    force: bool,
-    write_desired: bool,
-) -> None:
-    from reconcile.gpu import operations
-    from reconcile.gpu.upgrade import UpgradeFailed
+class _UpgradeView:
+    """`upgrade`'s output. One node: each step as it happens. A pool: its batches (text),
+    `<node> <state>` per state change (text) under a progress line on a terminal, then
+    its Rollout document (json). Then desired/'s notes, and the exit code."""
 
-    marker = " (dry run)" if dry_run else ""
+    def __init__(self, output: Format, *, dry_run: bool) -> None:
+        self.output = output
+        self.marker = " (dry run)" if dry_run else ""
+        self.progress = Phases()
 
-    def emit(step: Step) -> None:
-        stdout().write(upgrade_line(step) + marker + "\n")
+    def note(self, line: str) -> None:
+        log.info("%s", line)
+
+    def step(self, step: Step) -> None:
+        stdout().write(upgrade_line(step) + self.marker + "\n")
         stdout().flush()
 
-    request = operations.UpgradeRequest(
-        node,
-        version,
-        target.state,
-        g.desired,
-        dry_run=dry_run,
-        timeout=timeout,
-        ignore_daemonsets=ignore_daemonsets,
-        force=force,
-        write_desired=write_desired,
-    )
-    # Ctrl-C stops the upgrade at a state a rerun resumes from, whatever SIGINT was when
-    # the command started (a shell ignores it for a job started with `&`): as apply and
-    # pool rollouts install their own handlers.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        operations.upgrade(
-            request, g.connect(None, target), emit, lambda line: log.info("%s", line)
-        )
-    except operations.UpgradeInterrupted as e:
-        stderr().write(f"{e}\n")
-        sys.exit(EXIT_SIGINT)
-    except UpgradeFailed as e:
-        fail(str(e))
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    sys.exit(EXIT_OK)
-
-
-def _rollout(
-    g: Globals, target: Target, request: RolloutRequest, *, dry_run: bool, write_desired: bool
-) -> None:
-    """A pool: preflight everything, print the batches (dry run) or run them."""
-    import datetime
-    import threading
-
-    from reconcile.cli.app import Phases, stoppable
-    from reconcile.cli.views import write_json
-    from reconcile.gpu import operations
-    from reconcile.gpu.upgrade import STATE
-
-    events: list[dict[str, str]] = []
-    states: dict[str, str] = {}
-    lock = threading.Lock()
-    summary = Phases()
-
-    def emit(step: Step) -> None:
-        if step.field != STATE:
-            log.debug("%s", upgrade_line(step))
+    def planned(self, rollout: RolloutDocument) -> None:
+        if self.output is not Format.TEXT:
             return
-        with lock:
-            when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            events.append({"time": when, "node": step.subject, "state": step.value})
-            states[step.subject] = step.value
-            if g.output is Format.TEXT:
-                summary.done()
-                stdout().write(f"{step.subject} {step.value}\n")
-                stdout().flush()
-            finished = sum(1 for v in states.values() if v == "upgrade-done")
-            summary(f"rollout: {finished} done, {len(states) - finished} started")
-
-    cluster = g.connect(None, target)
-    job, plan = operations.rollout_plan(request, cluster, emit, lambda line: log.info("%s", line))
-    marker = " (dry run)" if dry_run else ""
-    if dry_run or g.output is Format.TEXT:
-        lines = [f"{node} done (already on {request.version}){marker}" for node in plan.done]
+        lines = [f"{node} done (already on {rollout.driver})" for node in rollout.alreadyDone]
         lines += [
-            f"batch {b.number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}{marker}"
-            for b in plan.batches
+            f"batch {number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}"
+            for number, b in enumerate(rollout.batches, 1)
         ]
-        if g.output is Format.TEXT:
-            stdout().write("".join(line + "\n" for line in lines))
+        stdout().write("".join(line + self.marker + "\n" for line in lines))
+        stdout().flush()
+
+    def detail(self, step: Step) -> None:
+        log.debug("%s", upgrade_line(step))
+
+    def moved(self, node: str, state: str, done: int, started: int) -> None:
+        if self.output is Format.TEXT:
+            self.progress.done()
+            stdout().write(f"{node} {state}\n")
             stdout().flush()
-    document: dict[str, object] = {
-        "apiVersion": "reconcile.dev/v1alpha1",
-        "kind": "Rollout",
-        "driver": request.version,
-        "dryRun": dry_run,
-        "maxUnavailable": plan.limit,
-        "batches": [{"nodes": list(b.nodes), "canary": b.canary} for b in plan.batches],
-        "alreadyDone": list(plan.done),
-    }
-    if dry_run:
-        if g.output is Format.JSON:
-            write_json(document, stdout())
-        _desired_after(g, request, cluster, [*plan.done, *plan.targets], write=False)
-        sys.exit(EXIT_OK)
-    with stoppable() as stopped:
-        watcher = threading.Thread(
-            target=lambda: _stop_when(stopped, job.stop), daemon=True, name="rollout-stop"
-        )
-        watcher.start()
-        result = job.run(plan)
-    summary.done()
-    document.update(
-        done=list(result.done),
-        failed=[{"node": n, "error": e} for n, e in result.failed],
-        notStarted=list(result.not_started),
-        events=events,
-    )
-    if g.output is Format.JSON:
-        write_json(document, stdout())
-    _desired_after(g, request, cluster, [*plan.done, *result.done], write=write_desired)
-    if result.ok:
-        sys.exit(EXIT_OK)
-    parts = [f"{n} failed: {e}" for n, e in result.failed]
-    parts.append(f"done: {', '.join(result.done) or 'none'}")
-    parts.append(f"not started: {', '.join(result.not_started) or 'none'}")
-    if stopped:
-        stderr().write("interrupted: " + "; ".join(parts) + "; rerun the same command to resume\n")
-        sys.exit(EXIT_SIGINT)
-    fail("rollout stopped: " + "; ".join(parts) + "; rerun the same command to resume")
+        self.progress(f"rollout: {done} done, {started} started")
 
+    def render(self, result: NodeUpgraded | RolledOut) -> None:
+        from reconcile.cli.views import write_json
 
-def _desired_after(
-    g: Globals,
-    request: RolloutRequest,
-    cluster: Cluster,
-    upgraded: Sequence[str],
-    *,
-    write: bool,
-) -> None:
-    """The driver labels desired/ declares for the nodes on the target now (done before or
-    in this run, or in a dry run's plan): written with `write`, else one note when desired/
-    still declares the old driver (the next apply would revert them)."""
-    from reconcile.gpu import operations
-
-    if not upgraded:
-        return
-    # Only a group's selector needs the live labels.
-    live = cluster.list_nodes() if request.desired.groups else []
-    if write:
-        written, notes = operations.write_driver_labels(
-            request.desired, g.desired, request.version, upgraded, live
-        )
-        for line in written:
+        if isinstance(result, NodeUpgraded):
+            return
+        if result.outcome is not None:
+            self.progress.done()
+        if self.output is Format.JSON:
+            write_json(result.document.model_dump(mode="json"), stdout())
+        for line in result.desired.written:
             log.info("%s: commit it", line)
-        for line in notes:
+        for line in result.desired.left_alone:
             log.warning("%s", line)
-        return
-    stale = operations.stale_driver_note(request.desired, request.version, upgraded, live)
-    if stale is not None:
-        log.info("%s", stale)
+        if result.desired.stale is not None:
+            log.info("%s", result.desired.stale)
 
-
-def _stop_when(stopped: list[int], stop: Callable[[], None]) -> None:
-    import time
-
-    while not stopped:
-        time.sleep(0.2)
-    stop()
+    def exit_code(self, result: NodeUpgraded | RolledOut) -> int:
+        """EXIT_OK; EXIT_SIGINT, saying where a rerun resumes, when a signal stopped the
+        run; a rollout stopped by a failure is a ReconcileError naming it."""
+        if isinstance(result, NodeUpgraded):
+            if result.interrupted is None:
+                return EXIT_OK
+            stderr().write(f"{result.interrupted}\n")
+            return EXIT_SIGINT
+        outcome = result.outcome
+        if outcome is None or outcome.ok:
+            return EXIT_OK
+        if result.stopped_by is not None:
+            stderr().write(f"interrupted: {outcome.summary}; rerun the same command to resume\n")
+            return EXIT_SIGINT
+        raise ReconcileError(
+            f"rollout stopped: {outcome.summary}; rerun the same command to resume"
+        )

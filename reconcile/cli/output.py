@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Final, TextIO
 
+from reconcile.diagnostics import Severity
 from reconcile.engine.facts import shown_value
 
 if TYPE_CHECKING:
@@ -95,18 +96,13 @@ def upgrade_line(step: Step) -> str:
 
 # --- stderr ----------------------------------------------------------------------------------
 
-_COLOURS: Final = {"error": "\x1b[31m", "warning": "\x1b[33m"}
+_COLOURS: Final = {Severity.ERROR: "\x1b[31m", Severity.WARNING: "\x1b[33m"}
 
 
-def severity_prefix(severity: str, stream: TextIO) -> str:
+def severity_prefix(severity: Severity, stream: TextIO) -> str:
     """`error:` or `warning:`, in colour on a terminal unless NO_COLOR is set (no-color.org)."""
     text = f"{severity}:"
-    if (
-        severity in _COLOURS
-        and stream.isatty()
-        and not os.environ.get("NO_COLOR")
-        and os.environ.get("TERM") != "dumb"
-    ):
+    if stream.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb":
         return f"{_COLOURS[severity]}{text}\x1b[0m"
     return text
 
@@ -168,7 +164,7 @@ class _Stderr(logging.Handler):
         message = record.getMessage()
         if not getattr(record, "plain", False):
             tag = "note:" if record.levelno < logging.WARNING else None
-            message = f"{tag or severity_prefix('warning', stream)} {message}"
+            message = f"{tag or severity_prefix(Severity.WARNING, stream)} {message}"
         cluster = _CLUSTER.get()
         stream.write((f"{cluster}: " if cluster else "") + message + "\n")
 

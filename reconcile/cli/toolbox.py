@@ -3,26 +3,15 @@ JSON Schemas, shell completion, and the sandbox cluster."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
 import click
 
 from reconcile import diagnostics as diag
-from reconcile.cli.app import (
-    TEXT_AND_JSON,
-    Globals,
-    common_options,
-    errors_to_exit_codes,
-    fail,
-    load_targets,
-    main,
-    one_target,
-    outputs,
-    stderr,
-    stdout,
-)
+from reconcile.app.session import Session
+from reconcile.app.targets import load_targets, one_target
+from reconcile.cli.app import TEXT_AND_JSON, common_options, main, outputs, stderr, stdout
 from reconcile.cli.fleets import cluster_option
 from reconcile.cli.output import (
     EXIT_DRIFT,
@@ -31,7 +20,7 @@ from reconcile.cli.output import (
     Prefixed,
     log,
 )
-from reconcile.diagnostics import InvalidInput
+from reconcile.diagnostics import InvalidInput, ReconcileError
 
 if TYPE_CHECKING:
     from reconcile.desired.models import DesiredState
@@ -49,7 +38,9 @@ if TYPE_CHECKING:
     help="Evaluate against the live nodes with desired/ laid over, or desired/nodes alone.",
 )
 @cluster_option
-def placement_command(g: Globals, source: str, clusters: tuple[str, ...]) -> None:
+def placement_command(
+    session: Session, output: Format, source: str, clusters: tuple[str, ...]
+) -> int:
     """Where every Pod and pod template in desired/workloads can land, against the labels the
     cluster will have after apply: `<kind>/<namespace>/<name> <node>,<node>...` or
     `<kind>/<namespace>/<name> PENDING <the scheduler's reason>`. Exit 1 if anything cannot
@@ -59,26 +50,24 @@ def placement_command(g: Globals, source: str, clusters: tuple[str, ...]) -> Non
     from reconcile.engine.placement import Placement, placement
 
     def show(results: list[Placement], out: TextIO, err: TextIO) -> int:
-        render_placement(results, g.output, out)
+        render_placement(results, output, out)
         return EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT
 
     if source == "desired":  # offline: desired/nodes alone, per cluster of a fleet
-        with errors_to_exit_codes():
-            _, targets = load_targets(g, clusters)
+        targets = load_targets(session, clusters).targets
         code = EXIT_OK
         for target in targets:
             out, err = stdout(), stderr()
             if len(targets) > 1:
                 out = cast(TextIO, Prefixed(out, f"{target.name} "))
             code = max(code, show(placement(target.state, None), out, err))
-        sys.exit(code)
-    sys.exit(
-        per_cluster(
-            g,
-            clusters,
-            lambda target, cluster: placement(target.state, cluster.list_nodes()),
-            show,
-        )
+        return code
+    return per_cluster(
+        session,
+        output,
+        clusters,
+        lambda target, cluster: placement(target.state, cluster.list_nodes()),
+        show,
     )
 
 
@@ -111,13 +100,14 @@ def placement_command(g: Globals, source: str, clusters: tuple[str, ...]) -> Non
     help="In a fleet: the cluster to import from (new files go to desired/clusters/NAME/).",
 )
 def import_command(
-    g: Globals,
+    session: Session,
+    output: Format,
     selector: str | None,
     prefixes: tuple[str, ...],
     group_by: str | None,
     dry_run: bool,
     cluster: str | None,
-) -> None:
+) -> int:
     """Bring live nodes under git: write desired/nodes/<node>.yaml from their labels.
 
     Files that exist are updated in place (comments, key order and quoting kept; only
@@ -130,34 +120,33 @@ def import_command(
 
     for prefix in prefixes:
         if (problem := refused_prefix(prefix)) is not None:
-            fail(problem)
-    with errors_to_exit_codes():
-        target = None
-        state: DesiredState | None
-        if (g.desired / "clusters.yaml").is_file() or cluster:
-            target = one_target(g, cluster, "import")
-            state, root = target.state, g.desired / "clusters" / str(target.name)
-        else:
-            state, problems = load_desired(g.desired) if g.desired.exists() else (None, [])
-            if diag.has_errors(problems):
-                raise InvalidInput(problems)
-            root = g.desired
-        request = ImportRequest(
-            root,
-            state,
-            keep=prefixes or DISCOVERED_PREFIXES,
-            excluded=() if prefixes else OPERATOR_PREFIXES,
-            selector=selector,
-            group_by=group_by,
-        )
-        changes = plan_import(request, g.connect(None, target))
-        for change in changes:
-            if change.note is not None:
-                log.info("%s", change.note)
-        if not dry_run:
-            write_import(g.desired, changes)
-    render_import(changes, g.output, stdout(), dry_run=dry_run)
-    sys.exit(EXIT_OK)
+            raise ReconcileError(problem)
+    target = None
+    state: DesiredState | None
+    if (session.desired / "clusters.yaml").is_file() or cluster:
+        target = one_target(session, cluster, "import")
+        state, root = target.state, session.desired / "clusters" / str(target.name)
+    else:
+        state, problems = load_desired(session.desired) if session.desired.exists() else (None, [])
+        if diag.has_errors(problems):
+            raise InvalidInput(problems)
+        root = session.desired
+    request = ImportRequest(
+        root,
+        state,
+        keep=prefixes or DISCOVERED_PREFIXES,
+        excluded=() if prefixes else OPERATOR_PREFIXES,
+        selector=selector,
+        group_by=group_by,
+    )
+    changes = plan_import(request, session.connect(None, target))
+    for change in changes:
+        if change.note is not None:
+            log.info("%s", change.note)
+    if not dry_run:
+        write_import(session.desired, changes)
+    render_import(changes, output, stdout(), dry_run=dry_run)
+    return EXIT_OK
 
 
 @main.command("rbac")
@@ -171,7 +160,9 @@ def import_command(
     help="The ServiceAccount reconcile runs as.",
 )
 @click.option("--cluster", metavar="NAME", help="In a fleet: the cluster whose tree it is for.")
-def rbac_command(g: Globals, service_account: str, cluster: str | None) -> None:
+def rbac_command(
+    session: Session, output: Format, service_account: str, cluster: str | None
+) -> int:
     """Print the ServiceAccount, ClusterRole, Roles and bindings reconcile needs for
     desired/, and nothing more: workload verbs only in the namespaces desired/ declares
     objects in, for the kinds it declares there. Offline; `kubectl apply -f` the output.
@@ -181,11 +172,10 @@ def rbac_command(g: Globals, service_account: str, cluster: str | None) -> None:
 
     problem = rbac.service_account_problem(service_account)
     if problem:
-        fail(f"--service-account {problem}")
-    with errors_to_exit_codes():
-        state = one_target(g, cluster, "rbac").state
-    render_rbac(rbac.objects(state, service_account), g.output, stdout())
-    sys.exit(EXIT_OK)
+        raise ReconcileError(f"--service-account {problem}")
+    state = one_target(session, cluster, "rbac").state
+    render_rbac(rbac.objects(state, service_account), output, stdout())
+    return EXIT_OK
 
 
 @main.command()
@@ -203,7 +193,7 @@ def rbac_command(g: Globals, service_account: str, cluster: str | None) -> None:
     is_flag=True,
     help="Exit 1 if the files differ from the models instead of writing them.",
 )
-def schemas(g: Globals, directory: Path, check: bool) -> None:
+def schemas(session: Session, output: Format, directory: Path, check: bool) -> int:
     """Write the JSON Schema of every desired-state kind (generated from the models)."""
     import json
 
@@ -222,7 +212,7 @@ def schemas(g: Globals, directory: Path, check: bool) -> None:
             path.write_text(text, encoding="utf-8")
     for path in stale:
         stderr().write(f"{'out of date' if check else 'wrote'}: {path}\n")
-    sys.exit(EXIT_DRIFT if check and stale else EXIT_OK)
+    return EXIT_DRIFT if check and stale else EXIT_OK
 
 
 @main.command()
@@ -233,7 +223,7 @@ def completion(shell: str) -> None:
 
     completer = get_completion_class(shell)
     if completer is None:  # pragma: no cover - the choice above lists only supported shells
-        fail(f"no completion for {shell}")
+        raise ReconcileError(f"no completion for {shell}")
     script = completer(main, {}, "reconcile", "_RECONCILE_COMPLETE").source()
     stdout().write(script if script.endswith("\n") else script + "\n")
 
@@ -285,7 +275,7 @@ def sandbox(
     fault_seed: int | None,
     fault_retry_after: int,
     command: tuple[str, ...],
-) -> None:
+) -> int:
     """Serve a Kubernetes-compatible API on 127.0.0.1 until SIGINT/SIGTERM.
 
     \b
@@ -295,15 +285,13 @@ def sandbox(
     """
     from reconcile.sandbox.main import run
 
-    with errors_to_exit_codes():
-        code = run(
-            seeds=list(seeds),
-            port=port,
-            kubeconfig_out=kubeconfig_out,
-            command=list(command),
-            err=stderr(),
-            fault_rate=fault_rate,
-            fault_seed=fault_seed,
-            fault_retry_after=fault_retry_after,
-        )
-    sys.exit(code)
+    return run(
+        seeds=list(seeds),
+        port=port,
+        kubeconfig_out=kubeconfig_out,
+        command=list(command),
+        err=stderr(),
+        fault_rate=fault_rate,
+        fault_seed=fault_seed,
+        fault_retry_after=fault_retry_after,
+    )

@@ -32,7 +32,7 @@ from reconcile.kube import labels
 # importing the engine (a view that needs one of its constants imports it where it does).
 if TYPE_CHECKING:
     from reconcile.engine.apply import ApplyResult
-    from reconcile.engine.diff import FieldChange, LabelChange
+    from reconcile.engine.diff import FieldChange, NodeChange
     from reconcile.engine.fleet import FleetPlan
     from reconcile.engine.imports import FileChange
     from reconcile.engine.placement import Placement
@@ -213,7 +213,7 @@ def render_diagnostics(diagnostics: Sequence[Diagnostic], err: TextIO) -> None:
             err.write(f"{diagnostic}\n")  # compiler style: `file:line:col: message`
             continue
         where = f"{diagnostic.source}: " if diagnostic.source else ""
-        tag = severity_prefix(str(diagnostic.severity), err)
+        tag = severity_prefix(diagnostic.severity, err)
         log.warning("%s%s %s", where, tag, diagnostic.message, extra={"plain": True})
 
 
@@ -300,7 +300,7 @@ def render_plan(
         )
 
 
-def _plan_summary(plan: Plan, changes: Sequence[tuple[str, LabelChange]]) -> list[str]:
+def _plan_summary(plan: Plan, changes: Sequence[tuple[str, NodeChange]]) -> list[str]:
     """One line for the nodes and one for the objects, each only when it has something."""
     lines = []
     node_parts = []
@@ -384,7 +384,9 @@ def _plan_markdown(plan: Plan, out: TextIO) -> None:
 
 def _md_field(change: FieldChange) -> tuple[str, str]:
     """The Live and Desired cells of one field; a sensitive value is never shown."""
-    added, removed = change.action.value == "add", change.action.value == "remove"
+    from reconcile.engine.diff import Action
+
+    added, removed = change.action is Action.ADD, change.action is Action.REMOVE
     if change.sensitive:
         return (
             "*(absent)*" if added else "*(sensitive value)*",
@@ -450,7 +452,7 @@ def _code(text: str, *, cell: bool = True) -> str:
 # --- apply ---------------------------------------------------------------------------------
 
 
-def _change_json(node: str, change: LabelChange) -> dict[str, Any]:
+def _change_json(node: str, change: NodeChange) -> dict[str, Any]:
     return {"node": node, **change.model_dump(mode="json")}
 
 

@@ -17,19 +17,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from reconcile import diagnostics as diag
-from reconcile.cli.app import (
-    Globals,
-    common_options,
-    duration,
-    errors_to_exit_codes,
-    fail,
-    load_tree,
-    main,
-    outputs,
-    parallel_option,
-    stdout,
-)
+from reconcile.app.session import Session
+from reconcile.app.targets import load_tree
+from reconcile.cli.app import common_options, duration, main, outputs, parallel_option, stdout
 from reconcile.cli.output import EXIT_OK, Format, log, node_line, object_lines
+from reconcile.diagnostics import ReconcileError
 from reconcile.serving import PromptHTTPServer
 
 if TYPE_CHECKING:
@@ -45,9 +37,9 @@ if TYPE_CHECKING:
 MINIMUM_INTERVALS = {"--resync": 10.0, "--desired-interval": 1.0, "--watch-timeout": 10.0}
 
 
-def _fleet_refused(g: Globals) -> str:
+def _fleet_refused(session: Session) -> str:
     return (
-        f"{g.desired}/clusters.yaml declares a fleet: watch follows one cluster; run one "
+        f"{session.desired}/clusters.yaml declares a fleet: watch follows one cluster; run one "
         "watch per cluster, each in its own cluster (the overlay's tree)"
     )
 
@@ -55,21 +47,21 @@ def _fleet_refused(g: Globals) -> str:
 class _Tree:
     """desired/ on disk, looked at without parsing until something changed."""
 
-    def __init__(self, g: Globals) -> None:
-        self.g = g
+    def __init__(self, session: Session) -> None:
+        self.session = session
 
     def fingerprint(self) -> object:
         from reconcile.files import fingerprint
 
-        return fingerprint(self.g.desired)
+        return fingerprint(self.session.desired)
 
     def load(self) -> tuple[DesiredState, list[diag.Diagnostic]]:
         """The one tree of desired/ and its problems; a fleet is one (watch follows one
         cluster), so a tree that becomes a fleet is never taken for an empty one."""
-        loaded = load_tree(self.g, coverage_check=False)
+        loaded = load_tree(self.session, coverage_check=False)
         if loaded.fleet is None:
             return loaded.state, loaded.problems
-        return loaded.state, [*loaded.problems, diag.error(_fleet_refused(self.g))]
+        return loaded.state, [*loaded.problems, diag.error(_fleet_refused(self.session))]
 
 
 def _now() -> str:
@@ -248,12 +240,14 @@ class _Endpoints(BaseHTTPRequestHandler):
 def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        fail(f"--metrics-address {address!r} is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)")
+        raise ReconcileError(
+            f"--metrics-address {address!r} is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)"
+        )
     handler = type("Endpoints", (_Endpoints,), {"metrics": metrics})
     try:
         server = PromptHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), handler)
     except OSError as e:
-        fail(f"cannot serve metrics on {address}: {e.strerror or e}")
+        raise ReconcileError(f"cannot serve metrics on {address}: {e.strerror or e}") from None
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="reconcile-metrics", daemon=True).start()
     bound_host, bound_port = server.server_address[:2]
@@ -336,7 +330,8 @@ def _serve(address: str, metrics: _Metrics) -> PromptHTTPServer:
     help="Renew the watch request this often (the API server ends it then; at least 10s).",
 )
 def watch(
-    g: Globals,
+    session: Session,
+    output: Format,
     correct: bool,
     prune: bool,
     allow_empty_prune: bool,
@@ -350,20 +345,23 @@ def watch(
     leader_elect: bool,
     lease: str,
     watch_timeout: float,
-) -> None:
+) -> int:
     """Follow the nodes and report each drift as it appears: `<time> <node> <key> <value>`.
     With --correct, fix it with apply's guarded write and print the lines changed (a full
     plan's corrections --parallel at a time). Runs until SIGTERM or Ctrl-C, then exits 0."""
     from reconcile.desired.models import DesiredState
     from reconcile.engine import operations
     from reconcile.engine.leader import LeaderElector, NoLeaseNamespace
+    from reconcile.engine.plan import PlanOptions
     from reconcile.engine.watch import Watcher, WatchRequest
     from reconcile.gpu import checks as gpu
 
     if prune and not correct:
-        fail("--prune removes labels: it needs --correct")
+        raise ReconcileError("--prune removes labels: it needs --correct")
     if allow_evictions and not correct:
-        fail("--allow-evictions accepts what a correction evicts: it needs --correct")
+        raise ReconcileError(
+            "--allow-evictions accepts what a correction evicts: it needs --correct"
+        )
     given = {
         "--resync": resync,
         "--desired-interval": desired_interval,
@@ -371,81 +369,82 @@ def watch(
     }
     for option, least in MINIMUM_INTERVALS.items():
         if given[option] < least:
-            fail(f"{option} must be at least {least:g}s")
-    if (g.desired / "clusters.yaml").is_file():
-        fail(_fleet_refused(g))
+            raise ReconcileError(f"{option} must be at least {least:g}s")
+    if (session.desired / "clusters.yaml").is_file():
+        raise ReconcileError(_fleet_refused(session))
     namespace, _, lease_name = lease.partition("/")
     if not namespace or not lease_name:
-        fail(f"--lease {lease!r} is not NAMESPACE/NAME")
+        raise ReconcileError(f"--lease {lease!r} is not NAMESPACE/NAME")
     identity = f"{socket.gethostname()}_{uuid.uuid4()}"
-    with errors_to_exit_codes():
-        metrics = _Metrics()
-        server = _serve(metrics_address, metrics)
-        cluster = g.connect()
-        elector = (
-            LeaderElector(cluster, namespace, lease_name, identity)
-            if leader_elect and correct
-            else None
-        )
-        request = WatchRequest(
-            planning=operations.PlanRequest(
-                DesiredState(),
+    metrics = _Metrics()
+    server = _serve(metrics_address, metrics)
+    cluster = session.connect()
+    elector = (
+        LeaderElector(cluster, namespace, lease_name, identity)
+        if leader_elect and correct
+        else None
+    )
+    request = WatchRequest(
+        planning=operations.PlanRequest(
+            DesiredState(),
+            PlanOptions.of(
                 prune=prune,
                 allow_empty_prune=allow_empty_prune,
                 force_conflicts=force_conflicts,
                 allow_evictions=allow_evictions,
             ),
-            correct=correct,
-            allow_refused=allow_missing_image,
-            parallel=parallel,
-            resync=resync,
-            desired_interval=desired_interval,
-            watch_timeout=max(1, round(watch_timeout)),
-            instance=identity,
-        )
-        watcher = Watcher(
-            request,
-            cluster,
-            _Tree(g),
-            policy_for=gpu.policy,
-            checks=gpu.ALL_CHECKS,
-            observer=_Reporter(g.output, stdout(), metrics),
-            may_write=(lambda: elector.leading) if elector is not None else (lambda: True),
-        )
-        watcher.load()  # an invalid tree stops here, before any request
-        stop = threading.Event()
+        ),
+        correct=correct,
+        allow_refused=allow_missing_image,
+        parallel=parallel,
+        resync=resync,
+        desired_interval=desired_interval,
+        watch_timeout=max(1, round(watch_timeout)),
+        instance=identity,
+    )
+    watcher = Watcher(
+        request,
+        cluster,
+        _Tree(session),
+        policy_for=gpu.policy,
+        checks=gpu.ALL_CHECKS,
+        observer=_Reporter(output, stdout(), metrics),
+        may_write=(lambda: elector.leading) if elector is not None else (lambda: True),
+    )
+    watcher.load()  # an invalid tree stops here, before any request
+    stop = threading.Event()
+    if elector is not None:
+
+        def leading(now: bool) -> None:
+            metrics.leader.set(1 if now else 0)
+            if now:
+                watcher.replan_soon("this replica holds the lease")
+
+        try:  # the first request: nothing is read or written before it
+            elector.try_acquire_or_renew()
+        except NoLeaseNamespace as error:
+            raise ReconcileError(
+                f"--lease {lease}: {error}: create it, or name a Lease in a namespace that exists"
+            ) from None
+        elector.on_change = leading
+        metrics.leader.set(1 if elector.leading else 0)
+        threading.Thread(target=elector.run, args=(stop,), daemon=True).start()
+    else:
+        metrics.leader.set(1 if correct else 0)
+
+    def on_signal(number: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {n: signal.signal(n, on_signal) for n in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        watcher.start(stop)
+        watcher.run(stop)
+    finally:
+        stop.set()
         if elector is not None:
-
-            def leading(now: bool) -> None:
-                metrics.leader.set(1 if now else 0)
-                if now:
-                    watcher.replan_soon("this replica holds the lease")
-
-            try:  # the first request: nothing is read or written before it
-                elector.try_acquire_or_renew()
-            except NoLeaseNamespace as error:
-                fail(
-                    f"--lease {lease}: {error}: create it, or name a Lease in a namespace that exists"
-                )
-            elector.on_change = leading
-            metrics.leader.set(1 if elector.leading else 0)
-            threading.Thread(target=elector.run, args=(stop,), daemon=True).start()
-        else:
-            metrics.leader.set(1 if correct else 0)
-
-        def on_signal(number: int, frame: FrameType | None) -> None:
-            stop.set()
-
-        previous = {n: signal.signal(n, on_signal) for n in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            watcher.start(stop)
-            watcher.run(stop)
-        finally:
-            stop.set()
-            if elector is not None:
-                elector.release()
-            server.shutdown()
-            server.server_close()
-            for number, handler in previous.items():
-                signal.signal(number, handler)
-    sys.exit(EXIT_OK)
+            elector.release()
+        server.shutdown()
+        server.server_close()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    return EXIT_OK

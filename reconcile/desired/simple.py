@@ -12,7 +12,7 @@ read the same data and find no problem, and says None otherwise (anything it doe
 recognise: flow collections, anchors, tags, trailing comments, multi-line or escaped
 scalars, annotations, taints, a value that is not a valid label value, any character
 but printable ASCII...). The full reader then reads that file and reports what is wrong,
-with the same messages as ever. A differential test over generated files holds it to
+with its own messages. A differential test over generated files holds it to
 that: tests/unit/test_simple_reader.py.
 """
 

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
-from reconcile.engine.diff import LabelChange
+from reconcile.engine.diff import NodeChange
 from reconcile.engine.findings import NO_POLICY, NodePolicy
 from reconcile.engine.groups import node_facts
 from reconcile.engine.plan import (
@@ -63,7 +63,7 @@ MAX_CONFLICT_RETRIES: Final = 5
 @dataclass(frozen=True)
 class NodeResult:
     name: str
-    applied: tuple[LabelChange, ...] = ()
+    applied: tuple[NodeChange, ...] = ()
     error: str | None = None
     conflicts: int = 0
     # Said on stderr: e.g. the drift was gone because another writer fixed it first.
@@ -97,7 +97,7 @@ class ApplyResult:
             self.failed or self.missingNodes or self.failed_objects or self.rejected or self.skipped
         )
 
-    def lines(self) -> Iterable[tuple[str, LabelChange]]:
+    def lines(self) -> Iterable[tuple[str, NodeChange]]:
         for node in self.nodes:
             for change in node.applied:
                 yield node.name, change

@@ -56,10 +56,6 @@ class NodeChange(BaseModel):
         return shown_value(self.after)
 
 
-# The name from when labels were the only node fact.
-LabelChange = NodeChange
-
-
 def fact_drift(
     fact: Fact,
     desired: Mapping[str, str | None],

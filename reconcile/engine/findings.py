@@ -11,7 +11,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict
 
 from reconcile.diagnostics import Severity
-from reconcile.engine.diff import LabelChange
+from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact
 from reconcile.kube.objects import LiveNode
 
@@ -49,7 +49,7 @@ class NodePolicy(Protocol):
         """The component that writes `key` on `live` (shown with --show-owner)."""
         ...
 
-    def refusal(self, live: LiveNode, changes: Sequence[LabelChange]) -> str | None:
+    def refusal(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         """Why these changes must not be written to `live` (apply skips the node and
         reports it unless told otherwise), or None."""
         ...
@@ -61,7 +61,7 @@ class NoPolicy:
     def owner(self, live: LiveNode, key: str, inventory: frozenset[str]) -> str | None:
         return None
 
-    def refusal(self, live: LiveNode, changes: Sequence[LabelChange]) -> str | None:
+    def refusal(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         return None
 
 
@@ -69,7 +69,7 @@ class NoPolicy:
 NO_POLICY: NodePolicy = NoPolicy()
 
 
-def overlay(live_labels: Mapping[str, str], changes: Iterable[LabelChange]) -> dict[str, str]:
+def overlay(live_labels: Mapping[str, str], changes: Iterable[NodeChange]) -> dict[str, str]:
     """The labels a node carries once `changes` (their label changes) are applied."""
     result = dict(live_labels)
     for change in changes:

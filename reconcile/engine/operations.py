@@ -39,7 +39,7 @@ from reconcile.engine.apply import (
 from reconcile.engine.checks import Check, Projection, run_checks
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
-from reconcile.engine.plan import ClusterIdentity, Plan, build_plan
+from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions, build_plan
 from reconcile.engine.workloads import desired_configs, plan_objects
 from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.kinds import ObjectId
@@ -63,27 +63,11 @@ class PlanCluster(NodeApi, ObjectApi, Protocol):
 @dataclass(frozen=True)
 class PlanRequest:
     desired: DesiredState
-    prune: bool = False
-    allow_empty_prune: bool = False
-    prune_namespace_contents: bool = False
-    force_conflicts: bool = False
-    recreate: bool = False
-    # Declared nodes absent from the cluster are not drift (nodes come and go).
-    allow_missing_nodes: bool = False
-    # A NoExecute taint that evicts running pods is a warning, not a finding that stops apply.
-    allow_evictions: bool = False
+    options: PlanOptions = NO_OPTIONS
 
-    def options(self) -> dict[str, bool]:
-        """The options as a plan records them (its fields of the same names)."""
-        return {
-            "prune": self.prune,
-            "allowEmptyPrune": self.allow_empty_prune,
-            "pruneNamespaceContents": self.prune_namespace_contents,
-            "forceConflicts": self.force_conflicts,
-            "recreate": self.recreate,
-            "allowMissingNodes": self.allow_missing_nodes,
-            "allowEvictions": self.allow_evictions,
-        }
+    def but(self, **changes: bool) -> PlanRequest:
+        """The request with options changed (`prune=False`)."""
+        return dataclasses.replace(self, options=self.options.model_copy(update=changes))
 
 
 def plan(
@@ -105,26 +89,11 @@ def plan(
     # read even with nothing declared: what a prune would delete is always known, and
     # deleting all of it is refused unless asked for.
     phase(f"planning {len(state.manifests)} object(s) by server-side dry-run")
-    objects = plan_objects(
-        state,
-        cluster,
-        prune=request.prune,
-        force=request.force_conflicts,
-        recreate=request.recreate,
-        allow_empty_prune=request.allow_empty_prune,
-        prune_namespace_contents=request.prune_namespace_contents,
-    )
+    objects = plan_objects(state, cluster, request.options)
     phase("reading nodes")
     server, uid = cluster.identity()
     live = list(live) if live is not None else cluster.list_nodes()
-    node_part = build_plan(
-        state,
-        live,
-        prune=request.prune,
-        allow_empty_prune=request.allow_empty_prune,
-        allow_missing_nodes=request.allow_missing_nodes,
-        policy=policy,
-    )
+    node_part = build_plan(state, live, request.options, policy=policy)
     projection = Projection(
         desired=state,
         live=live,
@@ -137,7 +106,7 @@ def plan(
                 if any(c.fact is not Fact.ANNOTATION for c in n.changes)
             ]
         ),
-        allow_evictions=request.allow_evictions,
+        allow_evictions=request.options.allowEvictions,
     )
     phase("checking the change")
     findings = [*objects.findings, *run_checks(checks, projection)]
@@ -148,7 +117,6 @@ def plan(
             "prunableObjects": tuple(objects.prunable),
             "neverPruned": tuple(objects.never_pruned),
             "inventory": objects.inventory,
-            **request.options(),
         }
     )
     return the_plan.bound(ClusterIdentity(server=server, kubeSystemUID=uid), state.digest)
@@ -198,7 +166,7 @@ def verify_saved(
         opened.plan,
         ClusterIdentity(server=server, kubeSystemUID=uid),
         desired.digest,
-        request.options(),
+        request.options,
     )
     live = cluster.list_nodes()
     check_fresh(opened.plan, live)

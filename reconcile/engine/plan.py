@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Final, Literal
@@ -26,11 +27,12 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     model_serializer,
 )
+from pydantic.alias_generators import to_camel
 
 from reconcile.desired.models import DesiredNode, DesiredState, json_schemas
 from reconcile.desired.reserved import LABEL_INVENTORY, RECONCILE_ANNOTATIONS
 from reconcile.diagnostics import EmptyPrune, Severity
-from reconcile.engine.diff import FieldChange, LabelChange, NodeChange, fact_drift
+from reconcile.engine.diff import FieldChange, NodeChange, fact_drift
 from reconcile.engine.facts import (
     BY_FACT,
     INVENTORIES,
@@ -201,7 +203,40 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-class Plan(_Frozen):
+class PlanOptions(_Frozen):
+    """The options a plan is made with, as `plan` and `apply` take them (each field's
+    flag: `flag`) and as the plan records them: a saved plan is applied only with the same."""
+
+    prune: bool = False
+    allowEmptyPrune: bool = False
+    pruneNamespaceContents: bool = False
+    forceConflicts: bool = False
+    recreate: bool = False
+    # Declared nodes absent from the cluster are not drift (nodes come and go).
+    allowMissingNodes: bool = False
+    # A NoExecute taint that evicts running pods is a warning, not a finding that stops apply.
+    allowEvictions: bool = False
+
+    @classmethod
+    def of(cls, **flags: bool) -> PlanOptions:
+        """The options from the command line's parameters (`allow_empty_prune=True`)."""
+        return cls(**{to_camel(name): value for name, value in flags.items()})
+
+    @staticmethod
+    def flag(field: str) -> str:
+        """The command-line flag of option `field`: allowEmptyPrune -> --allow-empty-prune."""
+        return "--" + re.sub(r"([A-Z])", r"-\1", field).lower()
+
+    @property
+    def options(self) -> PlanOptions:
+        """The options alone (of a plan: without what it holds)."""
+        return PlanOptions(**{name: getattr(self, name) for name in PlanOptions.model_fields})
+
+
+NO_OPTIONS: Final = PlanOptions()
+
+
+class _PlanOrigin(_Frozen):
     apiVersion: Literal["reconcile.dev/v1alpha1"] = PLAN_API_VERSION
     kind: Literal["Plan"] = "Plan"
     cluster: ClusterIdentity | None = None
@@ -209,15 +244,9 @@ class Plan(_Frozen):
     desiredDigest: str | None = None
     # sha256 of the plan's canonical JSON without this field: an edited plan no longer matches.
     digest: str | None = None
-    # The planning options: a saved plan is applied only with the same ones (engine/saved.py).
-    prune: bool = False
-    allowEmptyPrune: bool = False
-    pruneNamespaceContents: bool = False
-    forceConflicts: bool = False
-    recreate: bool = False
-    allowMissingNodes: bool = False
-    # Planned with --allow-evictions: running pods a NoExecute taint evicts do not stop apply.
-    allowEvictions: bool = False
+
+
+class _PlanContent(_Frozen):
     nodes: tuple[NodePlan, ...] = ()
     missingNodes: tuple[MissingNode, ...] = ()
     # Declared nodes that are absent and may be (`optional: true`, --allow-missing-nodes).
@@ -239,6 +268,11 @@ class Plan(_Frozen):
     signature: str | None = None
     _omitted_when_none = ("signature",)
 
+
+class Plan(_PlanContent, PlanOptions, _PlanOrigin):
+    """What apply will do: where the plan was made (cluster, tree, digest), the options it
+    was made with, then the changes, in that order in its document."""
+
     @property
     def has_drift(self) -> bool:
         return bool(self.nodes or self.missingNodes or self.objects)
@@ -248,7 +282,7 @@ class Plan(_Frozen):
         """Drift or findings: what makes `plan` exit 1."""
         return self.has_drift or bool(self.findings)
 
-    def lines(self) -> Iterator[tuple[str, LabelChange]]:
+    def lines(self) -> Iterator[tuple[str, NodeChange]]:
         """(node, change) pairs sorted by node then key, as the drift lines print them."""
         for node in self.nodes:
             for change in node.changes:
@@ -403,18 +437,19 @@ def _live_value(node: LiveNode, shown: str) -> str | None:
 def build_plan(
     desired: DesiredState,
     live: Iterable[LiveNode],
+    options: PlanOptions = NO_OPTIONS,
     *,
-    prune: bool = False,
-    allow_empty_prune: bool = False,
-    allow_missing_nodes: bool = False,
     policy: NodePolicy = NO_POLICY,
 ) -> Plan:
-    """Fact drift of every declared node. With `prune`, also the removal of facts that
-    reconcile set and desired/ no longer declares, on any live node whose inventory lists
-    them, declared or not (without `prune` they are `prunable`); a prune of every such
-    fact is refused (EmptyPrune) unless `allow_empty_prune`. Every live node a NodeGroup
+    """Fact drift of every declared node, in a plan that records `options`. With `prune`,
+    also the removal of facts that reconcile set and desired/ no longer declares, on any
+    live node whose inventory lists them, declared or not (without it they are
+    `prunable`); a prune of every such fact is refused (EmptyPrune) unless
+    `allowEmptyPrune`. A declared node the cluster does not have is missing, or absent
+    when it is optional or with `allowMissingNodes`. Every live node a NodeGroup
     selects is planned with the group's facts (its own file overriding them). Findings
     come from checks, run on the whole plan by the plan operation."""
+    prune = options.prune
     live = list(live)
     desired = resolve(desired, live)
     live_by_name = {node.name: node for node in live}
@@ -426,7 +461,7 @@ def build_plan(
         node = live_by_name.get(name)
         if node is None:
             gone = MissingNode(name=name, source=str(want.source))
-            (absent if want.optional or allow_missing_nodes else missing).append(gone)
+            (absent if want.optional or options.allowMissingNodes else missing).append(gone)
             continue
         node_plan = plan_node(want, node, prune=prune, policy=policy)
         if node_plan is not None:
@@ -437,11 +472,10 @@ def build_plan(
                 value = _live_value(node, shown)
                 if key not in BY_FACT[fact].desired(want) and value is not None:
                     prunable.append(PrunableLabel(node=name, key=shown, value=value))
-    if prune and not allow_empty_prune:
+    if prune and not options.allowEmptyPrune:
         _refuse_empty_label_prune(desired, nodes, live)
     return Plan(
-        prune=prune,
-        allowEmptyPrune=allow_empty_prune,
+        **options.model_dump(),
         nodes=tuple(sorted(nodes, key=lambda n: n.name)),
         missingNodes=tuple(missing),
         absentNodes=tuple(absent),

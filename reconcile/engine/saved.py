@@ -29,22 +29,17 @@ from pydantic import ValidationError
 
 from reconcile import files
 from reconcile.diagnostics import PlanRefused, ReconcileError
-from reconcile.engine.plan import ClusterIdentity, NodePlan, ObjectPlan, Plan, SavedPlan
+from reconcile.engine.plan import (
+    ClusterIdentity,
+    NodePlan,
+    ObjectPlan,
+    Plan,
+    PlanOptions,
+    SavedPlan,
+)
 from reconcile.kube.objects import LiveNode
 
 SIGNATURE_PREFIX: Final = "hmac-sha256:"
-
-# The planning options a plan records, each with the flag that asks for it: a saved plan
-# is applied only by an apply given the same ones.
-OPTIONS: Final = (
-    ("prune", "--prune"),
-    ("allowEmptyPrune", "--allow-empty-prune"),
-    ("pruneNamespaceContents", "--prune-namespace-contents"),
-    ("forceConflicts", "--force-conflicts"),
-    ("recreate", "--recreate"),
-    ("allowMissingNodes", "--allow-missing-nodes"),
-    ("allowEvictions", "--allow-evictions"),
-)
 
 # A saved plan is a few megabytes at fleet scale; a file far larger is not one.
 MAX_PLAN_BYTES: Final = 512 * 1024 * 1024
@@ -125,7 +120,7 @@ def check_signature(plan: Plan, key: bytes | None, where: str) -> None:
 
 
 def check_origin(
-    plan: Plan, identity: ClusterIdentity, desired_digest: str, options: dict[str, bool]
+    plan: Plan, identity: ClusterIdentity, desired_digest: str, options: PlanOptions
 ) -> None:
     """Refuse a plan made for another cluster, from another tree, or with other options."""
     if plan.cluster is None or plan.desiredDigest is None:
@@ -141,12 +136,12 @@ def check_origin(
             f"the plan was made from another desired/ tree ({plan.desiredDigest}) than the one "
             f"here ({desired_digest}): nothing was applied. Re-run `reconcile plan --out FILE`"
         )
-    for field, flag in OPTIONS:
-        planned, given = bool(getattr(plan, field)), options[field]
+    for field in PlanOptions.model_fields:
+        planned, given = getattr(plan, field), getattr(options, field)
         if planned != given:
             said = "was planned with" if planned else "was planned without"
             raise PlanRefused(
-                f"the plan {said} {flag}, and apply {'was not' if planned else 'was'} given it: "
+                f"the plan {said} {PlanOptions.flag(field)}, and apply {'was not' if planned else 'was'} given it: "
                 "a saved plan is applied with the options it was planned with, so a plan file "
                 "alone never grants one. Nothing was applied"
             )

@@ -223,7 +223,7 @@ class Watcher:
         self.policy: NodePolicy | None = None
         self.fingerprint: object = None
         self.tree_valid = True  # the newest tree read is the one in force
-        self.prune = request.planning.prune  # off for a tree whose prune was refused
+        self.prune = request.planning.options.prune  # off for a tree whose prune was refused
         self.blocking: list[str] = []
         self.node_drift: dict[str, tuple[NodeChange, ...]] = {}
         self.object_drift: dict[str, tuple[Any, ...]] = {}
@@ -341,7 +341,11 @@ class Watcher:
         """The tree on disk and its problems, an empty tree one of them (unless allowed)."""
         state, problems = self.trees.load()
         empty = not (state.nodes or state.groups or state.matrix or state.manifests)
-        if empty and not diag.has_errors(problems) and not self.request.planning.allow_empty_prune:
+        if (
+            empty
+            and not diag.has_errors(problems)
+            and not self.request.planning.options.allowEmptyPrune
+        ):
             problems = [
                 *problems,
                 diag.error(
@@ -378,7 +382,7 @@ class Watcher:
         self.tree_valid = True
         self.state = state
         self.policy = self.policy_for(state)
-        self.prune = self.request.planning.prune
+        self.prune = self.request.planning.options.prune
         self.observer.tree(state.digest, problems)
 
     # --- planning and correcting ------------------------------------------------------------
@@ -387,14 +391,16 @@ class Watcher:
         """Every node and object against the tree; the findings decide whether
         corrections may go on."""
         assert self.policy is not None
-        planning = dataclasses.replace(self.request.planning, desired=self.state, prune=self.prune)
+        planning = dataclasses.replace(self.request.planning, desired=self.state).but(
+            prune=self.prune
+        )
         try:
             try:
                 plan = self._plan(planning)
             except EmptyPrune as refused:
                 self.observer.failed("--prune", str(refused))
                 self.prune = False
-                plan = self._plan(dataclasses.replace(planning, prune=False))
+                plan = self._plan(planning.but(prune=False))
         except ReconcileError as error:
             self.observer.failed("plan", str(error))
             return
@@ -488,7 +494,7 @@ class Watcher:
         """Whether the node's changes evict running pods that --allow-evictions did not
         accept (the pods on the node are read once per set of changes); said when
         `reported` (the drift is new)."""
-        if self.request.planning.allow_evictions or not placement.adds_no_execute(
+        if self.request.planning.options.allowEvictions or not placement.adds_no_execute(
             node_plan.changes
         ):
             return False

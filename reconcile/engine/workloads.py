@@ -40,7 +40,7 @@ from reconcile.diagnostics import (
 )
 from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
 from reconcile.engine.findings import Finding
-from reconcile.engine.plan import ObjectAction, ObjectPlan
+from reconcile.engine.plan import NO_OPTIONS, ObjectAction, ObjectPlan, PlanOptions
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.api import ObjectApi, ResourceFinder
@@ -149,15 +149,11 @@ class _Target:
 def plan_objects(
     state: DesiredState,
     cluster: ObjectApi,
-    *,
-    prune: bool = False,
-    force: bool = False,
-    recreate: bool = False,
-    allow_empty_prune: bool = False,
-    prune_namespace_contents: bool = False,
+    options: PlanOptions = NO_OPTIONS,
 ) -> ObjectPlanning:
-    """Plan every manifest: one LIST per kind and namespace, one dry-run apply per object
-    that exists (and per new object whose namespace exists), then the prune candidates.
+    """Plan every manifest with `options`: one LIST per kind and namespace, one dry-run
+    apply per object that exists (and per new object whose namespace exists), then the
+    prune candidates.
     The inventory is read even when desired/ declares nothing, so that what a prune would
     delete is always known."""
     planning = ObjectPlanning()
@@ -185,18 +181,27 @@ def plan_objects(
                         )
                     )
                     continue
-            _plan_create(target, cluster, declared_namespaces, planning, force=force)
+            _plan_create(
+                target, cluster, declared_namespaces, planning, force=options.forceConflicts
+            )
         else:
-            _plan_update(target, current, cluster, planning, force=force, recreate=recreate)
+            _plan_update(
+                target,
+                current,
+                cluster,
+                planning,
+                force=options.forceConflicts,
+                recreate=options.recreate,
+            )
     _plan_prune(
         state,
         targets,
         discovery,
         cluster,
         planning,
-        prune=prune,
-        allow_empty_prune=allow_empty_prune,
-        prune_namespace_contents=prune_namespace_contents,
+        prune=options.prune,
+        allow_empty_prune=options.allowEmptyPrune,
+        prune_namespace_contents=options.pruneNamespaceContents,
     )
     return planning
 

@@ -11,7 +11,7 @@ from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Severity
 from reconcile.engine import operations
 from reconcile.engine.checks import Check, Projection
-from reconcile.engine.diff import LabelChange
+from reconcile.engine.diff import NodeChange
 from reconcile.engine.findings import Finding, overlay
 from reconcile.engine.operations import ENGINE_CHECKS, PlanCluster, PlanRequest
 from reconcile.engine.plan import Plan
@@ -29,7 +29,7 @@ class GpuPolicy:
     def owner(self, live: LiveNode, key: str, inventory: frozenset[str]) -> str | None:
         return provenance.owner_of(live, key, inventory)
 
-    def refusal(self, live: LiveNode, changes: Sequence[LabelChange]) -> str | None:
+    def refusal(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         image = self.unsupported_image(live, changes)
         if image is None:
             return None
@@ -38,7 +38,7 @@ class GpuPolicy:
             "in the support matrix; add the image first, or pass --allow-missing-image"
         )
 
-    def unsupported_image(self, live: LiveNode, changes: Sequence[LabelChange]) -> str | None:
+    def unsupported_image(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         """The image tag these changes would move a GPU node onto, if the matrix lacks it."""
         if not self.matrix or not any(
             c.key in drivers.TAG_PARTS or c.key == drivers.GPU_PRESENT for c in changes

@@ -10,7 +10,7 @@ from typing import Final
 
 from reconcile.diagnostics import Severity
 from reconcile.engine.checks import Projection
-from reconcile.engine.diff import LabelChange
+from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import Finding
 from reconcile.kube.labels import NFD_DEFAULT_NAMESPACE
@@ -68,7 +68,7 @@ def owner_of(live: LiveNode, key: str, inventory: frozenset[str]) -> str | None:
     return label_owner(key, nfd, inventory)
 
 
-def _fight(node: str, change: LabelChange, manager: str | None) -> Finding | None:
+def _fight(node: str, change: NodeChange, manager: str | None) -> Finding | None:
     writers = WRITER_MANAGERS.get(change.owner or "", frozenset())
     if manager not in writers or change.before is None:
         return None

@@ -14,6 +14,9 @@ Operator's upgrade controller waits; the wait is said as a `waiting: ...` note.
 Execution stops at the first node that fails: nodes not started are untouched, the failed
 one is left in `upgrade-failed` (cordoned if its drain had begun), and a rerun resumes
 (nodes at the target driver are skipped and listed as done).
+
+The Rollout document (`RolloutDocument` as preflighted, `RolloutOutcome` after the run)
+is the rollout as `upgrade -o json` prints it: frozen, its JSON dump the document.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import NotFound, ReconcileError
@@ -103,6 +108,89 @@ class RolloutResult:
     @property
     def ok(self) -> bool:
         return not self.failed and not self.not_started
+
+
+# --- the Rollout document -------------------------------------------------------------------
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class BatchEntry(_Document):
+    nodes: tuple[str, ...]
+    canary: bool
+
+
+class FailedNode(_Document):
+    node: str
+    error: str
+
+
+class StateEvent(_Document):
+    """A node's upgrade state as it changed; `time` in UTC to the second (`...T12:00:00Z`)."""
+
+    time: str
+    node: str
+    state: str
+
+
+class RolloutDocument(_Document):
+    """A pool's rollout as preflighted (a dry run's whole answer): the driver, the
+    unavailability limit, the batches in order, the nodes already on the driver.
+    `model_dump(mode="json")` is the document `upgrade -o json` prints, keys in this order."""
+
+    apiVersion: Literal["reconcile.dev/v1alpha1"] = "reconcile.dev/v1alpha1"
+    kind: Literal["Rollout"] = "Rollout"
+    driver: str
+    dryRun: bool
+    maxUnavailable: int
+    batches: tuple[BatchEntry, ...]
+    alreadyDone: tuple[str, ...]
+
+    @classmethod
+    def of(cls, version: str, plan: RolloutPlan, *, dry_run: bool) -> RolloutDocument:
+        return cls(
+            driver=version,
+            dryRun=dry_run,
+            maxUnavailable=plan.limit,
+            batches=tuple(BatchEntry(nodes=b.nodes, canary=b.canary) for b in plan.batches),
+            alreadyDone=plan.done,
+        )
+
+
+class RolloutOutcome(RolloutDocument):
+    """The Rollout document after the run: the nodes upgraded, the one that failed (the
+    run stops at the first), those not started, and each state change as it happened."""
+
+    done: tuple[str, ...]
+    failed: tuple[FailedNode, ...]
+    notStarted: tuple[str, ...]
+    events: tuple[StateEvent, ...]
+
+    @classmethod
+    def after(
+        cls, planned: RolloutDocument, result: RolloutResult, events: Sequence[StateEvent]
+    ) -> RolloutOutcome:
+        return cls(
+            **dict(planned),
+            done=result.done,
+            failed=tuple(FailedNode(node=n, error=e) for n, e in result.failed),
+            notStarted=result.not_started,
+            events=tuple(events),
+        )
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.notStarted
+
+    @property
+    def summary(self) -> str:
+        """`<node> failed: <why>; done: ...; not started: ...` (`none` for an empty list)."""
+        parts = [f"{f.node} failed: {f.error}" for f in self.failed]
+        parts.append(f"done: {', '.join(self.done) or 'none'}")
+        parts.append(f"not started: {', '.join(self.notStarted) or 'none'}")
+        return "; ".join(parts)
 
 
 def limit_of(max_unavailable: str, pool: int) -> int:

@@ -573,16 +573,16 @@ def test_two_applies_of_the_same_change_print_it_once(
     make_cluster: ClusterFactory, workdir: Path
 ) -> None:
     """Both runs plan before either writes; the second finds every change made already."""
-    from reconcile.cli.app import gpu_plan
     from reconcile.desired.loader import load_desired
     from reconcile.engine.operations import PlanRequest
+    from reconcile.gpu import checks as gpu
     from reconcile.kube.client import Cluster
 
     cluster = make_cluster([o for o in lab_objects("lab") if o["kind"] == "Node"])
     cluster.label("lab-node-1", **{"nvidia.com/gpu.count": "9"})
     state, _ = load_desired(workdir / "desired")
     runs = [Cluster.connect(str(cluster.kubeconfig)) for _ in range(2)]
-    plans = [gpu_plan(c, PlanRequest(state)) for c in runs]
+    plans = [gpu.plan(PlanRequest(state), c) for c in runs]
     assert plans[0].nodes == plans[1].nodes
     assert len(plans[0].objects) == 11
 

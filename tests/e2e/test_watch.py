@@ -31,7 +31,7 @@ from reconcile.desired.loader import load_desired
 from reconcile.desired.models import DesiredState
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.operations import PlanRequest
-from reconcile.engine.plan import ObjectPlan
+from reconcile.engine.plan import ObjectPlan, PlanOptions
 from reconcile.engine.watch import Watcher, WatchRequest
 from reconcile.files import fingerprint
 from reconcile.gpu import checks as gpu
@@ -132,8 +132,10 @@ def watching(
     request = WatchRequest(
         planning=PlanRequest(
             DesiredState(),
-            prune=options.pop("prune", False),
-            force_conflicts=options.pop("force_conflicts", False),
+            PlanOptions(
+                prune=options.pop("prune", False),
+                forceConflicts=options.pop("force_conflicts", False),
+            ),
         ),
         desired_interval=0.1,
         watch_timeout=30,

@@ -16,7 +16,7 @@ from reconcile.engine.apply import (
     check_objects_fresh,
     preflight_objects,
 )
-from reconcile.engine.plan import Plan, build_plan
+from reconcile.engine.plan import Plan, PlanOptions, build_plan
 from reconcile.engine.workloads import (
     CONFIGMAPS,
     INVENTORY_NAME,
@@ -47,7 +47,7 @@ def _configmap(name: str, namespace: str = "apps", **data: str) -> Manifest:
 
 
 def _objects(cluster: FakeCluster, *manifests: Manifest, prune: bool = False) -> Plan:
-    planning = plan_objects(DesiredState(manifests=manifests), cluster, prune=prune)
+    planning = plan_objects(DesiredState(manifests=manifests), cluster, PlanOptions(prune=prune))
     assert not planning.findings
     return Plan(objects=tuple(planning.objects), inventory=planning.inventory)
 

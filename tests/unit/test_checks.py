@@ -10,7 +10,7 @@ from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.diagnostics import Severity, Source
 from reconcile.engine.checks import Projection, projected_labels, run_checks
 from reconcile.engine.findings import Finding
-from reconcile.engine.plan import build_plan
+from reconcile.engine.plan import PlanOptions, build_plan
 from tests.fake import FakeCluster
 
 
@@ -28,7 +28,7 @@ def test_labels_after_are_live_with_the_plan_laid_over_and_declared_nodes_not_ye
     cluster.add_node("n1", {"a.io/x": "0", "a.io/gone": "1", "a.io/kept": "k"})
     state = _desired(n1={"a.io/x": "1", "a.io/gone": None}, n9={"a.io/x": "9"})
     live = cluster.list_nodes()
-    plan = build_plan(state, live, allow_missing_nodes=True)
+    plan = build_plan(state, live, PlanOptions(allowMissingNodes=True))
 
     assert Projection(desired=state, live=live, nodes=plan.nodes).labels_after == {
         "n1": {"a.io/x": "1", "a.io/kept": "k"},

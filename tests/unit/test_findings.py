@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from reconcile.diagnostics import Severity
-from reconcile.engine.diff import Action, LabelChange
+from reconcile.engine.diff import Action, NodeChange
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import NO_POLICY, Finding, blocking, overlay
 from tests.fake import FakeCluster
@@ -33,10 +33,10 @@ def test_a_finding_is_a_frozen_value_with_no_unknown_fields() -> None:
 
 def test_overlay_applies_label_changes_only() -> None:
     changes = [
-        LabelChange(key="a.io/x", action=Action.UPDATE, before="0", after="1"),
-        LabelChange(key="a.io/gone", action=Action.REMOVE, before="1", after=None),
-        LabelChange(key="a.io/new", action=Action.ADD, before=None, after=""),
-        LabelChange(
+        NodeChange(key="a.io/x", action=Action.UPDATE, before="0", after="1"),
+        NodeChange(key="a.io/gone", action=Action.REMOVE, before="1", after=None),
+        NodeChange(key="a.io/new", action=Action.ADD, before=None, after=""),
+        NodeChange(
             key="a.io/note", action=Action.ADD, before=None, after="n", fact=Fact.ANNOTATION
         ),
     ]
@@ -49,7 +49,7 @@ def test_overlay_applies_label_changes_only() -> None:
 def test_without_domain_knowledge_no_label_has_an_owner_and_nothing_is_refused() -> None:
     cluster = FakeCluster()
     node = cluster.add_node("n1", {"nvidia.com/gpu.product": "A100"})
-    change = LabelChange(
+    change = NodeChange(
         key="nvidia.com/gpu.product", action=Action.UPDATE, before="A100", after="H100"
     )
     assert NO_POLICY.owner(node, "nvidia.com/gpu.product", frozenset()) is None

@@ -11,7 +11,7 @@ from reconcile.desired.reserved import LABEL_INVENTORY
 from reconcile.diagnostics import Source
 from reconcile.engine.apply import apply_plan
 from reconcile.engine.groups import UNDECLARED, GroupConflict, node_facts, resolve
-from reconcile.engine.plan import build_plan
+from reconcile.engine.plan import PlanOptions, build_plan
 from tests.fake import FakeCluster
 
 
@@ -99,6 +99,8 @@ def test_a_node_no_longer_declared_keeps_what_reconcile_wrote_prunable() -> None
     assert (resolved.nodes["n1"].labels, resolved.nodes["n1"].source) == ({}, UNDECLARED)
     [prunable] = build_plan(DesiredState(), cluster.list_nodes()).prunable
     assert (prunable.node, prunable.key, prunable.value) == ("n1", "a.io/tier", "gold")
-    pruned = build_plan(DesiredState(), cluster.list_nodes(), prune=True, allow_empty_prune=True)
+    pruned = build_plan(
+        DesiredState(), cluster.list_nodes(), PlanOptions(prune=True, allowEmptyPrune=True)
+    )
     apply_plan(pruned, cluster, desired=DesiredState())
     assert "a.io/tier" not in cluster.get_node("n1").labels

@@ -14,7 +14,7 @@ from reconcile.engine import operations
 from reconcile.engine.checks import Projection
 from reconcile.engine.findings import Finding
 from reconcile.engine.operations import ApplyRequest, PlanRequest
-from reconcile.engine.plan import Plan
+from reconcile.engine.plan import Plan, PlanOptions
 from reconcile.engine.workloads import CONFIGMAPS, read_inventory
 from tests.fake import FakeCluster
 
@@ -40,7 +40,7 @@ def _cluster() -> FakeCluster:
 
 
 def _plan(cluster: FakeCluster, state: DesiredState, **options: bool) -> Plan:
-    return operations.plan(PlanRequest(state, **options), cluster)
+    return operations.plan(PlanRequest(state, PlanOptions.of(**options)), cluster)
 
 
 def test_a_plan_is_bound_to_the_cluster_and_the_tree_and_holds_nodes_and_objects() -> None:
@@ -131,7 +131,7 @@ def test_a_saved_plan_is_refused_on_another_cluster_tree_or_options() -> None:
         )
     with pytest.raises(PlanRefused, match="planned without --prune"):
         operations.verify_saved(
-            operations.open_saved(plan, state), cluster, PlanRequest(state, prune=True)
+            operations.open_saved(plan, state), cluster, PlanRequest(state, PlanOptions(prune=True))
         )
     assert cluster.writes == []
 

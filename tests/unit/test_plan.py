@@ -24,13 +24,14 @@ from reconcile.engine.apply import (
     check_fresh,
 )
 from reconcile.engine.checks import Projection
-from reconcile.engine.diff import Action, LabelChange, fact_drift
+from reconcile.engine.diff import Action, NodeChange, fact_drift
 from reconcile.engine.facts import BY_FACT, RULES, Fact
 from reconcile.engine.plan import (
     INVENTORY_ANNOTATION,
     ClusterIdentity,
     ObjectPlan,
     Plan,
+    PlanOptions,
     build_plan,
 )
 from reconcile.gpu.checks import GpuPolicy, driver_coverage
@@ -108,7 +109,7 @@ def test_prune_removes_only_what_reconcile_set_and_no_longer_declares() -> None:
     assert without.nodes == ()
     assert [(p.node, p.key) for p in without.prunable] == [("n1", "a.io/old")]
 
-    pruned = build_plan(state, [node], prune=True)
+    pruned = build_plan(state, [node], PlanOptions(prune=True))
     [plan] = pruned.nodes
     assert [(c.key, c.action) for c in plan.changes] == [("a.io/old", Action.REMOVE)]
     assert plan.inventory == ("a.io/x",)
@@ -128,7 +129,7 @@ def test_a_node_nothing_declares_is_pruned_by_its_inventory_and_others_are_not_p
     assert without.nodes == ()
     assert [(p.node, p.key) for p in without.prunable] == [("gone", "a.io/old")]
 
-    [plan] = build_plan(state, nodes, prune=True).nodes
+    [plan] = build_plan(state, nodes, PlanOptions(prune=True)).nodes
     assert (plan.name, plan.source, plan.inventory) == ("gone", "", ())
     assert [(c.key, c.action, c.source) for c in plan.changes] == [
         ("a.io/old", Action.REMOVE, None)
@@ -149,7 +150,7 @@ def test_prune_never_removes_a_label_the_kubelet_owns_whatever_the_inventory_say
     state = desired(n1={"a.io/x": "1"})
 
     assert build_plan(state, [node]).prunable == ()
-    [plan] = build_plan(state, [node], prune=True).nodes
+    [plan] = build_plan(state, [node], PlanOptions(prune=True)).nodes
     assert [(c.key, c.action) for c in plan.changes] == [("a.io/x", Action.UPDATE)]
     assert plan.inventory == ("a.io/x",)
 
@@ -170,7 +171,7 @@ def test_prune_never_removes_a_controllers_taint_or_a_rollouts_mark() -> None:
     state = desired(n1={"a.io/x": "1"})
 
     assert build_plan(state, [node]).prunable == ()
-    [plan] = build_plan(state, [node], prune=True).nodes
+    [plan] = build_plan(state, [node], PlanOptions(prune=True)).nodes
     assert [(c.key, c.action) for c in plan.changes] == [("a.io/x", Action.UPDATE)]
     assert plan.inventory == ("a.io/x",)
 
@@ -282,19 +283,47 @@ def test_a_resigned_edit_does_not_verify(tmp_path: Path) -> None:
         saved.check_signature(edited, KEY, "plan.json")
 
 
-def _options(**given: bool) -> dict[str, bool]:
-    return {field: given.get(field, False) for field, _ in saved.OPTIONS}
+OPTION_FLAGS = [
+    ("prune", "--prune"),
+    ("allowEmptyPrune", "--allow-empty-prune"),
+    ("pruneNamespaceContents", "--prune-namespace-contents"),
+    ("forceConflicts", "--force-conflicts"),
+    ("recreate", "--recreate"),
+    ("allowMissingNodes", "--allow-missing-nodes"),
+    ("allowEvictions", "--allow-evictions"),
+]
 
 
-@pytest.mark.parametrize(("field", "flag"), saved.OPTIONS)
+def test_every_plan_option_has_its_flag() -> None:
+    assert [(f, PlanOptions.flag(f)) for f in PlanOptions.model_fields] == OPTION_FLAGS
+    assert PlanOptions.of(allow_empty_prune=True, prune=True) == PlanOptions(
+        prune=True, allowEmptyPrune=True
+    )
+
+
+def test_a_plan_records_its_options_between_its_origin_and_its_changes() -> None:
+    plan = build_plan(desired(n1={"a.io/x": "1"}), [], PlanOptions(allowMissingNodes=True))
+    assert plan.options == PlanOptions(allowMissingNodes=True)
+    fields = list(Plan.model_fields)
+    assert fields[: fields.index("nodes")] == [
+        "apiVersion",
+        "kind",
+        "cluster",
+        "desiredDigest",
+        "digest",
+        *PlanOptions.model_fields,
+    ]
+
+
+@pytest.mark.parametrize(("field", "flag"), OPTION_FLAGS)
 def test_a_saved_plan_needs_the_options_it_was_planned_with(field: str, flag: str) -> None:
     plan = Plan(cluster=CLUSTER, desiredDigest=TREE).model_copy(update={field: True})
     with pytest.raises(PlanRefused, match=f"was planned with {flag}, and apply was not given it"):
-        saved.check_origin(plan, CLUSTER, TREE, _options())
-    saved.check_origin(plan, CLUSTER, TREE, _options(**{field: True}))
+        saved.check_origin(plan, CLUSTER, TREE, PlanOptions())
+    saved.check_origin(plan, CLUSTER, TREE, PlanOptions(**{field: True}))
     with pytest.raises(PlanRefused, match=f"was planned without {flag}, and apply was given it"):
         saved.check_origin(
-            Plan(cluster=CLUSTER, desiredDigest=TREE), CLUSTER, TREE, _options(**{field: True})
+            Plan(cluster=CLUSTER, desiredDigest=TREE), CLUSTER, TREE, PlanOptions(**{field: True})
         )
 
 
@@ -529,7 +558,7 @@ def test_json_plan_is_the_saved_plan_format() -> None:
 
 
 def test_apply_views_match_golden_files() -> None:
-    change = LabelChange(
+    change = NodeChange(
         key="nvidia.com/gpu.count",
         action=Action.UPDATE,
         before="9",
@@ -587,7 +616,7 @@ def test_a_removed_driver_label_is_a_coverage_finding_whether_pruned_or_null(how
     inventory = ",".join(sorted(GPU_LABELS))
     node = live("g", dict(GPU_LABELS), **{INVENTORY_ANNOTATION: inventory})
     state = _matrix_state(declared)
-    plan = build_plan(state, [node], prune=True)
+    plan = build_plan(state, [node], PlanOptions(prune=True))
     assert [(c.key, c.after) for n in plan.nodes for c in n.changes] == [
         ("nvidia.com/cuda.driver.major", None)
     ]
@@ -600,11 +629,11 @@ def test_pruning_every_managed_label_is_refused_unless_allowed() -> None:
 
     node = live("g", dict(GPU_LABELS), **{INVENTORY_ANNOTATION: ",".join(sorted(GPU_LABELS))})
     with pytest.raises(EmptyPrune, match="would remove all 5 label"):
-        build_plan(desired(g={}), [node], prune=True)
-    allowed = build_plan(desired(g={}), [node], prune=True, allow_empty_prune=True)
+        build_plan(desired(g={}), [node], PlanOptions(prune=True))
+    allowed = build_plan(desired(g={}), [node], PlanOptions(prune=True, allowEmptyPrune=True))
     assert len(allowed.nodes[0].changes) == 5
     # declaring them all as null is a decision, not an empty prune
-    nulls = build_plan(desired(g=dict.fromkeys(GPU_LABELS)), [node], prune=True)
+    nulls = build_plan(desired(g=dict.fromkeys(GPU_LABELS)), [node], PlanOptions(prune=True))
     assert len(nulls.nodes[0].changes) == 5
 
 
@@ -711,7 +740,7 @@ def test_a_taint_value_change_keeps_its_place_and_prune_removes_only_inventoried
         {"key": "a", "effect": "NoSchedule", "value": "x"},
         {"key": "b", "value": "1", "effect": "NoExecute"},
     )
-    [pruning] = build_plan(state, [node], prune=True, allow_empty_prune=True).nodes
+    [pruning] = build_plan(state, [node], PlanOptions(prune=True, allowEmptyPrune=True)).nodes
     assert {c.shown_key for c in pruning.changes if c.after is None} == {
         "annotation:example.com/old"
     }

@@ -4,16 +4,27 @@ what is short only for now is waited for, what cannot pass at all is refused up 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from reconcile.desired.loader import load_desired
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import ApiError, TooManyRequests
-from reconcile.gpu.rollout import Rollout, RolloutRequest
+from reconcile.gpu.rollout import (
+    Batch,
+    Rollout,
+    RolloutDocument,
+    RolloutOutcome,
+    RolloutPlan,
+    RolloutRequest,
+    RolloutResult,
+    StateEvent,
+)
 from reconcile.gpu.upgrade import (
     PodToEvict,
     Step,
@@ -358,3 +369,72 @@ def test_an_api_error_while_waiting_fails_the_batch_and_the_rollout_still_report
     assert "the server is currently unavailable" in reason
     assert result.not_started == ("n2",)
     assert "n1" not in {n for _, n, _ in cluster.timed}
+
+
+# --- the Rollout document -------------------------------------------------------------------
+
+PLAN = RolloutPlan(
+    batches=(Batch(1, ("n2",), canary=True), Batch(2, ("n0", "n1"))),
+    done=("n3",),
+    limit=2,
+)
+
+
+def test_a_dry_runs_document_is_the_plan_with_its_keys_in_order() -> None:
+    document = RolloutDocument.of("550.90.07", PLAN, dry_run=True)
+    assert json.dumps(document.model_dump(mode="json"), indent=2) == json.dumps(
+        {
+            "apiVersion": "reconcile.dev/v1alpha1",
+            "kind": "Rollout",
+            "driver": "550.90.07",
+            "dryRun": True,
+            "maxUnavailable": 2,
+            "batches": [
+                {"nodes": ["n2"], "canary": True},
+                {"nodes": ["n0", "n1"], "canary": False},
+            ],
+            "alreadyDone": ["n3"],
+        },
+        indent=2,
+    )
+
+
+def test_the_outcome_adds_what_happened_after_the_plan_and_names_the_failure() -> None:
+    planned = RolloutDocument.of("550.90.07", PLAN, dry_run=False)
+    event = StateEvent(time="2026-12-03T15:00:00Z", node="n2", state="upgrade-required")
+    outcome = RolloutOutcome.after(
+        planned,
+        RolloutResult(
+            done=("n2",), failed=(("n0", "drain: refused"),), not_started=("n1",), skipped=("n3",)
+        ),
+        [event],
+    )
+    dumped = outcome.model_dump(mode="json")
+    assert list(dumped) == [
+        "apiVersion",
+        "kind",
+        "driver",
+        "dryRun",
+        "maxUnavailable",
+        "batches",
+        "alreadyDone",
+        "done",
+        "failed",
+        "notStarted",
+        "events",
+    ]
+    assert dumped["failed"] == [{"node": "n0", "error": "drain: refused"}]
+    assert dumped["events"] == [
+        {"time": "2026-12-03T15:00:00Z", "node": "n2", "state": "upgrade-required"}
+    ]
+    assert not outcome.ok
+    assert outcome.summary == "n0 failed: drain: refused; done: n2; not started: n1"
+
+
+def test_an_outcome_with_nothing_failed_or_left_is_ok_and_says_none() -> None:
+    planned = RolloutDocument.of("550.90.07", PLAN, dry_run=False)
+    outcome = RolloutOutcome.after(planned, RolloutResult((), (), (), ()), [])
+    assert outcome.ok
+    assert outcome.summary == "done: none; not started: none"
+    with pytest.raises(ValidationError):
+        outcome.done = ("n0",)  # type: ignore[misc]

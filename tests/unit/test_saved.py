@@ -11,13 +11,13 @@ from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import PlanRefused, ReconcileError, Source
 from reconcile.engine import saved
 from reconcile.engine.apply import apply_objects
-from reconcile.engine.plan import ClusterIdentity, Plan
+from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan
 from reconcile.engine.workloads import plan_objects
 from tests.fake import CONFIGMAPS, FakeCluster
 
 TREE = "sha256:" + "1" * 64
 HERE = ClusterIdentity(server="https://here", kubeSystemUID="uid-here")
-OPTIONS = {field: False for field, _ in saved.OPTIONS}
+OPTIONS = NO_OPTIONS
 
 
 def _settings(**data: str) -> Manifest:

@@ -12,7 +12,7 @@ import pytest
 
 from reconcile.cli.output import Format
 from reconcile.cli.views import render_plan, render_report, report_clash
-from reconcile.engine.diff import Action, LabelChange
+from reconcile.engine.diff import Action, NodeChange
 from reconcile.engine.plan import Finding, NodePlan, Plan
 from reconcile.gpu.drivers import env_name
 from reconcile.gpu.operations import Report, ReportNode
@@ -112,14 +112,14 @@ def test_a_report_variable_two_clusters_would_set_is_refused_naming_both() -> No
     assert report_clash({None: _gpu_report("a-b", "a.c")}) is None
 
 
-def _node(name: str, *changes: LabelChange) -> NodePlan:
+def _node(name: str, *changes: NodeChange) -> NodePlan:
     return NodePlan(name=name, resourceVersion="1", source="s", changes=changes, inventory=())
 
 
 def test_markdown_cells_show_hostile_values_verbatim_and_keep_the_table() -> None:
     values = [v for v in HOSTILE if v.strip() and "\n" not in v]
     changes = [
-        LabelChange(key=f"example.com/k{i}", action=Action.UPDATE, before=v, after=v[::-1])
+        NodeChange(key=f"example.com/k{i}", action=Action.UPDATE, before=v, after=v[::-1])
         for i, v in enumerate(values)
     ]
     plan = Plan(
@@ -139,7 +139,7 @@ def test_markdown_cells_show_hostile_values_verbatim_and_keep_the_table() -> Non
 
 
 def test_a_line_break_in_a_value_cannot_end_the_table_row() -> None:
-    change = LabelChange(
+    change = NodeChange(
         key="example.com/k", action=Action.UPDATE, before="a\n| x | y |\nb", after="c\r\n<b>"
     )
     plan = Plan(nodes=(_node("n1", change),))

@@ -10,7 +10,7 @@ import pytest
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import EmptyPrune, Source
 from reconcile.engine.apply import apply_objects
-from reconcile.engine.plan import ObjectAction, Plan
+from reconcile.engine.plan import ObjectAction, Plan, PlanOptions
 from reconcile.engine.workloads import (
     CONFIGMAPS,
     INVENTORY_KEY,
@@ -34,7 +34,7 @@ def _manifest(kind: str, name: str, namespace: str = "apps", **fields: Any) -> M
 
 
 def _plan(cluster: FakeCluster, *manifests: Manifest, **options: bool) -> ObjectPlanning:
-    return plan_objects(DesiredState(manifests=manifests), cluster, **options)
+    return plan_objects(DesiredState(manifests=manifests), cluster, PlanOptions.of(**options))
 
 
 def _applied(cluster: FakeCluster, *manifests: Manifest) -> None:

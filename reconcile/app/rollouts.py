@@ -1,0 +1,344 @@
+"""A driver upgrade: one node's steps, or a pool's rollout in batches.
+
+`DriverUpgrade` is what was asked, and says whether it is a pool. `upgrade` runs it: one
+node with SIGINT raised as KeyboardInterrupt (the node is left at a state a rerun resumes
+from), a pool under `stoppable` (nodes in flight finish, no other starts). A pool's
+result is its Rollout document (gpu/rollout.py) and what became of desired/'s driver
+labels. The command line hears the run as it goes through an `UpgradeWatch` and draws
+it; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Final, Protocol, TypedDict
+
+from reconcile.app.session import Session, Target, log, stoppable
+from reconcile.app.targets import one_target
+from reconcile.diagnostics import ReconcileError
+
+# The GPU domain only for signatures here: the command line reads DEFAULT_MAX_UNAVAILABLE
+# and Pacing while it registers its GPU commands, `sanitize` among them, which start fast.
+if TYPE_CHECKING:
+    from reconcile.desired.models import DesiredState
+    from reconcile.gpu.rollout import RolloutDocument, RolloutOutcome, RolloutRequest, StateEvent
+    from reconcile.gpu.upgrade import Step
+    from reconcile.kube.client import Cluster
+
+DEFAULT_MAX_UNAVAILABLE: Final = "25%"
+STOP_POLL_SECONDS: Final = 0.2
+
+
+# --- the request ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """How a pool moves: nodes upgraded at once (a batch), the selected GPU nodes that
+    may be unavailable at once (`N` or `P%`), the node upgraded alone first, and the pods
+    (a label selector) that must finish on a node before its drain, waited for up to
+    `wait_timeout` seconds. The defaults are what one node's upgrade does."""
+
+    max_parallel: int = 1
+    max_unavailable: str = DEFAULT_MAX_UNAVAILABLE
+    canary: str | None = None
+    wait_for_completion: str | None = None
+    wait_timeout: float = 3600.0
+
+    @property
+    def asks_for_a_pool(self) -> bool:
+        """True when it says how several nodes move: other than one at a time, another
+        unavailability budget, a canary, or pods to wait for (`wait_timeout` alone only
+        qualifies `wait_for_completion`)."""
+        return (
+            self.max_parallel != 1
+            or self.max_unavailable != DEFAULT_MAX_UNAVAILABLE
+            or self.canary is not None
+            or self.wait_for_completion is not None
+        )
+
+
+class UpgradeOptions(TypedDict):
+    """`DriverUpgrade`'s fields after its nodes, pacing and document, as keywords (the
+    command line passes its options on as they come)."""
+
+    dry_run: bool
+    timeout: float
+    ignore_daemonsets: bool
+    force: bool
+    write_desired: bool
+    cluster: str | None
+
+
+@dataclass(frozen=True)
+class DriverUpgrade:
+    """What `reconcile upgrade` is asked: the driver to move to, the NODEs or the selector
+    of a pool, how a pool moves, how each node is drained (evictions retried for up to
+    `timeout` seconds), and whether desired/ is written after. `document` asks for the
+    Rollout document (-o json), which only a pool's rollout makes."""
+
+    version: str
+    nodes: tuple[str, ...] = ()
+    selector: str | None = None
+    pacing: Pacing = Pacing()
+    document: bool = False
+    dry_run: bool = False
+    timeout: float = 300.0
+    ignore_daemonsets: bool = False
+    force: bool = False
+    write_desired: bool = False
+    cluster: str | None = None
+
+    @property
+    def pool(self) -> bool:
+        """True when the user asked for a pool's rollout (every node preflighted, then
+        batches): a selector, several nodes (once `checked`: a node named twice is one),
+        pacing of a pool, or the Rollout document; else one node's upgrade, step by step."""
+        return (
+            self.selector is not None
+            or len(self.nodes) > 1
+            or self.pacing.asks_for_a_pool
+            or self.document
+        )
+
+    def checked(self) -> DriverUpgrade:
+        """The request as it runs: ReconcileError for a node name no API server accepts,
+        for NODEs and a selector both (or neither), or for a driver version that is not
+        MAJOR.MINOR.REV. A node named twice is upgraded once (two workers on one node
+        would race through its states; `upgrade N N` is the one-node upgrade of N)."""
+        from reconcile.gpu import drivers
+        from reconcile.kube.validation import name_problem
+
+        canary = self.pacing.canary
+        for node in (*self.nodes, *([canary] if canary else [])):
+            if problem := name_problem(node, "node"):
+                raise ReconcileError(problem)
+        repeated = sorted({node for node in self.nodes if self.nodes.count(node) > 1})
+        if repeated:
+            log.info("%s named more than once: upgraded once", ", ".join(repeated))
+        if bool(self.nodes) == bool(self.selector):
+            raise ReconcileError("give the NODE(s) to upgrade, or --selector for a pool (not both)")
+        try:
+            drivers.split_driver_version(self.version)
+        except ValueError as e:
+            raise ReconcileError(str(e)) from None
+        return replace(self, nodes=tuple(dict.fromkeys(self.nodes)))
+
+
+# --- the results ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DesiredAfter:
+    """desired/'s driver labels for the nodes on the driver now: the files written
+    (`<file>: key=value, ...`), the groups left alone because they cover nodes not
+    upgraded, or (not written) the note that desired/ still declares the old driver."""
+
+    written: tuple[str, ...] = ()
+    left_alone: tuple[str, ...] = ()
+    stale: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeUpgraded:
+    """One node's upgrade (or its dry run) finished; or, interrupted, the message naming
+    the state a rerun resumes from."""
+
+    interrupted: str | None = None
+
+
+@dataclass(frozen=True)
+class RolledOut:
+    """A pool's rollout: its document as preflighted, and after the run (None for a dry
+    run); what became of desired/; the signal (SIGINT, SIGTERM) that stopped it early."""
+
+    planned: RolloutDocument
+    desired: DesiredAfter
+    outcome: RolloutOutcome | None = None
+    stopped_by: int | None = None
+
+    @property
+    def document(self) -> RolloutDocument:
+        """The Rollout document: the outcome, or a dry run's plan."""
+        return self.outcome or self.planned
+
+
+class UpgradeWatch(Protocol):
+    """Hears an upgrade as it happens (the command line draws it as it goes)."""
+
+    def note(self, line: str) -> None:
+        """A note for the operator: the preflight, a resumption, a wait."""
+
+    def step(self, step: Step) -> None:
+        """One node's upgrade: each step as it happens (a dry run: each it would take)."""
+
+    def planned(self, rollout: RolloutDocument) -> None:
+        """A pool preflighted: its batches, before anything is written."""
+
+    def detail(self, step: Step) -> None:
+        """A pool's step other than a state change (a cordon, an eviction, a label)."""
+
+    def moved(self, node: str, state: str, done: int, started: int) -> None:
+        """A pool's node at a new upgrade state, and how many nodes are done and how many
+        started and not done; one call at a time."""
+
+
+# --- the operation --------------------------------------------------------------------------
+
+
+def upgrade(
+    session: Session, request: DriverUpgrade, watch: UpgradeWatch
+) -> NodeUpgraded | RolledOut:
+    """One node's upgrade, or a pool's rollout when the request is a pool; heard by
+    `watch` as it happens. Raises ReconcileError when it is refused (nothing written) or a
+    node's upgrade fails (naming the state a rerun resumes from)."""
+    target = one_target(session, request.cluster, "upgrade")
+    if not request.pool:
+        return _upgrade_node(session, request, target, watch)
+    return _roll_out(session, request, target, watch)
+
+
+def _upgrade_node(
+    session: Session, request: DriverUpgrade, target: Target, watch: UpgradeWatch
+) -> NodeUpgraded:
+    from reconcile.gpu import operations
+
+    node = operations.UpgradeRequest(
+        request.nodes[0],
+        request.version,
+        target.state,
+        session.desired,
+        dry_run=request.dry_run,
+        timeout=request.timeout,
+        ignore_daemonsets=request.ignore_daemonsets,
+        force=request.force,
+        write_desired=request.write_desired,
+    )
+    # Ctrl-C stops the upgrade at a state a rerun resumes from, whatever SIGINT was when
+    # the command started (a shell ignores it for a job started with `&`).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        operations.upgrade(node, session.connect(None, target), watch.step, watch.note)
+    except operations.UpgradeInterrupted as e:
+        return NodeUpgraded(interrupted=str(e))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return NodeUpgraded()
+
+
+class _StateEvents:
+    """A pool's steps as they come from its workers: state changes recorded as events
+    and told to the watch one at a time, with the tally; other steps passed on."""
+
+    def __init__(self, watch: UpgradeWatch) -> None:
+        self.watch = watch
+        self.events: list[StateEvent] = []
+        self.states: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, step: Step) -> None:
+        from reconcile.gpu.rollout import StateEvent
+        from reconcile.gpu.upgrade import STATE, UPGRADE_DONE
+
+        if step.field != STATE:
+            self.watch.detail(step)
+            return
+        with self.lock:
+            when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self.events.append(StateEvent(time=when, node=step.subject, state=step.value))
+            self.states[step.subject] = step.value
+            done = sum(1 for state in self.states.values() if state == UPGRADE_DONE)
+            self.watch.moved(step.subject, step.value, done, len(self.states) - done)
+
+
+def _roll_out(
+    session: Session, request: DriverUpgrade, target: Target, watch: UpgradeWatch
+) -> RolledOut:
+    """The pool preflighted as a whole (UpgradeRefused naming every problem), then, unless
+    a dry run, its batches run until done, the first failure, or a signal."""
+    from reconcile.gpu import operations
+    from reconcile.gpu.rollout import RolloutDocument, RolloutOutcome
+
+    pool = _pool_request(request, target.state)
+    events = _StateEvents(watch)
+    cluster = session.connect(None, target)
+    job, plan = operations.rollout_plan(pool, cluster, events, watch.note)
+    planned = RolloutDocument.of(request.version, plan, dry_run=request.dry_run)
+    watch.planned(planned)
+    if request.dry_run:
+        desired = _desired_after(session, pool, cluster, [*plan.done, *plan.targets], write=False)
+        return RolledOut(planned, desired)
+    with stoppable() as stopped:
+        over = threading.Event()
+        threading.Thread(
+            target=_stop_when, args=(stopped, job.stop, over), daemon=True, name="rollout-stop"
+        ).start()
+        try:
+            result = job.run(plan)
+        finally:
+            over.set()
+    outcome = RolloutOutcome.after(planned, result, events.events)
+    desired = _desired_after(
+        session, pool, cluster, [*plan.done, *result.done], write=request.write_desired
+    )
+    return RolledOut(planned, desired, outcome, stopped[0] if stopped else None)
+
+
+def _pool_request(request: DriverUpgrade, state: DesiredState) -> RolloutRequest:
+    from reconcile.gpu.rollout import RolloutRequest
+
+    pacing = request.pacing
+    return RolloutRequest(
+        request.version,
+        state,
+        nodes=request.nodes,
+        selector=request.selector,
+        max_parallel=pacing.max_parallel,
+        max_unavailable=pacing.max_unavailable,
+        canary=pacing.canary,
+        wait_for_completion=pacing.wait_for_completion,
+        wait_timeout=pacing.wait_timeout,
+        timeout=request.timeout,
+        ignore_daemonsets=request.ignore_daemonsets,
+        force=request.force,
+    )
+
+
+def _desired_after(
+    session: Session,
+    pool: RolloutRequest,
+    cluster: Cluster,
+    upgraded: Sequence[str],
+    *,
+    write: bool,
+) -> DesiredAfter:
+    """The driver labels desired/ declares for the `upgraded` nodes (done before or in
+    this run, or in a dry run's plan): written with `write`, else the note when desired/
+    still declares the old driver (the next apply would revert them)."""
+    from reconcile.gpu import operations
+
+    if not upgraded:
+        return DesiredAfter()
+    # Only a group's selector needs the live labels.
+    live = cluster.list_nodes() if pool.desired.groups else []
+    if write:
+        written, left_alone = operations.write_driver_labels(
+            pool.desired, session.desired, pool.version, upgraded, live
+        )
+        return DesiredAfter(written=tuple(written), left_alone=tuple(left_alone))
+    return DesiredAfter(
+        stale=operations.stale_driver_note(pool.desired, pool.version, upgraded, live)
+    )
+
+
+def _stop_when(stopped: list[int], stop: Callable[[], None], over: threading.Event) -> None:
+    """`stop` called once a signal's number is in `stopped`; returns without calling it
+    once `over` is set (the run ended by itself)."""
+    while not stopped:
+        if over.wait(STOP_POLL_SECONDS):
+            return
+    stop()

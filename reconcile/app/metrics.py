@@ -66,8 +66,8 @@ class WatchMetrics:
 
 
 def bind_address(address: str) -> tuple[str, int]:
-    """The (host, port) a HOST:PORT address names (no host: every interface; `[::1]:9090`
-    for IPv6). Raises ReconcileError when it is not HOST:PORT."""
+    """The (host, port) a HOST:PORT address names, brackets stripped from the host (`[]`:
+    every interface). Raises ReconcileError when it is not HOST:PORT."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ReconcileError(

@@ -145,8 +145,10 @@ class _Tree:
         return loaded.state, [*loaded.problems, diag.error(_fleet_refused(self.session.desired))]
 
 
-class _Counted:
-    """The caller's observer, with the metrics kept from what it is told."""
+class Metered:
+    """The caller's observer, each report also counted in `metrics` (a correction by
+    the facts and objects it wrote, a tree by whether it is valid, a sync by the drift
+    it left); the metrics move before the observer hears it."""
 
     def __init__(self, observer: WatchObserver, metrics: WatchMetrics) -> None:
         self.observer = observer
@@ -223,7 +225,7 @@ def watch(session: Session, settings: WatchSettings, observer: WatchObserver) ->
     metrics = WatchMetrics()
     server = serve(settings.metrics_address, metrics)
     try:
-        _follow(session, settings, _Counted(observer, metrics), metrics)
+        _follow(session, settings, Metered(observer, metrics), metrics)
     finally:
         server.shutdown()
         server.server_close()

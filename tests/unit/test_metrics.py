@@ -4,6 +4,8 @@ answering 503 until the first full plan."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -82,3 +84,16 @@ def test_an_address_in_use_is_an_error() -> None:
         port = taken.getsockname()[1]
         with pytest.raises(ReconcileError, match=f"cannot serve metrics on 127.0.0.1:{port}: "):
             serve(f"127.0.0.1:{port}", WatchMetrics())
+
+
+def test_prometheus_client_is_imported_only_once_a_watch_makes_its_metrics() -> None:
+    script = (
+        "import sys\nimport reconcile.app.watching, reconcile.cli.watching\n"
+        "print('prometheus_client' in sys.modules)\n"
+        "reconcile.app.metrics.WatchMetrics()\n"
+        "print('prometheus_client' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False", "True"]

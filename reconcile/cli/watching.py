@@ -1,7 +1,7 @@
 """watch: the plan kept current, drift reported as it appears, corrected on request.
 
-The command and its view: each line as it happens, in text or JSON (the watch itself,
-its metrics and its endpoints are reconcile.app.watching's)."""
+The command and its view: each line as it happens, in text or JSON. The watch itself is
+reconcile.app.watching's, its metrics and endpoints reconcile.app.metrics'."""
 
 from __future__ import annotations
 
@@ -110,13 +110,13 @@ class _Reporter:
             log.info("no finding stops corrections any more")
 
     def synced(self, drift: Mapping[str, int]) -> None:
-        pass
+        """Nothing printed: the drift by kind is a metric."""
 
     def restarted(self, reason: str) -> None:
         log.warning("watch restarted: %s", reason)
 
     def ready(self) -> None:
-        pass
+        """Nothing printed: readiness is /readyz's."""
 
 
 @main.command()

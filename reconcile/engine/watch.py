@@ -80,7 +80,7 @@ class Trees(Protocol):
 
 
 class WatchObserver(Protocol):
-    """What a watch reports as it goes; the CLI prints and counts it."""
+    """What a watch reports as it goes (the command line prints it, and its metrics count it)."""
 
     def drift(self, node: str, changes: Sequence[NodeChange]) -> None:
         """Drift that has just appeared on a node (not yet corrected)."""

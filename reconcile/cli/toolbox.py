@@ -114,7 +114,7 @@ def import_command(
     changed values change); new nodes get a new file. Prints one line per file written.
     """
     from reconcile.cli.views import render_import
-    from reconcile.desired.loader import load_desired
+    from reconcile.desired.reader import load_desired
     from reconcile.engine.imports import ImportRequest, plan_import, refused_prefix, write_import
     from reconcile.gpu.provenance import DISCOVERED_PREFIXES, OPERATOR_PREFIXES
 

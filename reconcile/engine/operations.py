@@ -2,7 +2,7 @@
 request, calls one operation and renders what it returns; a library user does the same
 without argv:
 
-    from reconcile.desired.loader import load_desired
+    from reconcile.desired.reader import load_desired
     from reconcile.engine import operations
     from reconcile.gpu import checks as gpu
     from reconcile.kube.client import Cluster

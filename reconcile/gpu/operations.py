@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from reconcile.desired.loader import write_labels
 from reconcile.desired.models import DesiredState, Manifest
+from reconcile.desired.writer import write_labels
 from reconcile.diagnostics import ReconcileError
 from reconcile.gpu import drivers
 from reconcile.gpu.drivers import AuditFinding, Coverage

@@ -1,11 +1,16 @@
-"""Writes desired/ files: label values changed in place, keeping each file as its author
-wrote it (comments, key order, quoting), and new node and group files."""
+"""Writes YAML: label values of desired/ files changed in place, keeping each file as its
+author wrote it (comments, key order, quoting); new node and group files; and documents
+with comments for other commands' output (`reconcile rbac`)."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, Final
 
 import yaml
 from yaml.nodes import ScalarNode
@@ -13,7 +18,7 @@ from yaml.nodes import ScalarNode
 from reconcile import files as safefiles
 from reconcile.desired.models import API_VERSION, NODE_FEATURES, NODE_GROUP, DesiredNode
 from reconcile.desired.reader import NFD_DEFAULT_PREFIX
-from reconcile.desired.yamlpos import STR_TAG
+from reconcile.desired.yamlpos import STR_TAG, PathT
 
 
 def _needs_quotes(value: str) -> bool:
@@ -143,3 +148,81 @@ def _render_env(path: Path, values: dict[str, str]) -> tuple[list[str], str]:
             lines.append(f"{key}={value}\n")
             changed.append(key)
     return changed, "".join(lines)
+
+
+def dump_documents(
+    documents: Sequence[Mapping[str, Any]], comments: Mapping[PathT, str] | None = None
+) -> str:
+    """The documents as one YAML stream (`---` between them) that reads back as the same
+    data under YAML 1.1 (kubectl's reading) and 1.2: mappings in block style, in their key
+    order; lists of scalars in flow style (`[get, list]`), other lists in block style;
+    strings double-quoted unless every reader takes them unquoted for the same string.
+
+    `comments` puts a comment (its lines each written `# line`) before what a path names:
+    `(i,)` document i, `(i, "rules", 2)` the third item of document i's `rules`,
+    `(i, "metadata")` a key."""
+    from ruamel.yaml import YAML
+
+    editor = YAML(typ="rt")
+    editor.width = sys.maxsize  # a flow list stays on one line, however long
+    # Non-ASCII escaped: U+0085, U+2028 and U+2029 are line breaks to YAML 1.1, text to 1.2.
+    editor.allow_unicode = False
+    built = [_node(document) for document in documents]
+    for path, text in (comments or {}).items():
+        _comment(built, path, text)
+    buffer = io.StringIO()
+    editor.dump_all(built, buffer)
+    return buffer.getvalue()
+
+
+def _node(value: Any) -> Any:
+    """`value` as ruamel's round-trip nodes, styled as `dump_documents` promises."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    if isinstance(value, Mapping):
+        return CommentedMap((_node(key), _node(item)) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        items = CommentedSeq(_node(item) for item in value)
+        if not any(isinstance(item, Mapping | list | tuple) for item in value):
+            items.fa.set_flow_style()
+        return items
+    if isinstance(value, str) and not _plain_everywhere(value):
+        return DoubleQuotedScalarString(value)
+    return value
+
+
+# Words YAML 1.1 reads as booleans or null, in any case (kubectl reads `yes` as true).
+_YAML_WORDS: Final = frozenset(["y", "yes", "n", "no", "true", "false", "on", "off", "null", "~"])
+_PLAIN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+# Anything YAML 1.1, 1.2 or go-yaml might read as a number or a date (`1e3`, `0x1F`,
+# `2001-12-14`, `1_000`): more than PyYAML's resolver, which reads `1e3` as text.
+_NUMBERISH: Final = re.compile(r"[-+]?(\.?[0-9][0-9_.:eE+-]*|0[xob][0-9a-fA-F_]+)")
+
+
+def _plain_everywhere(text: str) -> bool:
+    """Whether `text` unquoted reads back as this string to every YAML reader."""
+    return bool(
+        _PLAIN.fullmatch(text)
+        and text.lower() not in _YAML_WORDS
+        and not _NUMBERISH.fullmatch(text)
+    )
+
+
+def _comment(documents: list[Any], path: PathT, text: str) -> None:
+    """Attach `text` before what `path` names (see `dump_documents`), at the column the
+    emitter writes it (mappings indented by two, a list's dashes at its key's column)."""
+    index, *rest = path
+    node = documents[int(index)]
+    if not rest:
+        node.yaml_set_start_comment(text)
+        return
+    column = 0  # where the keys of a mapping, or the dashes of a list, start
+    for step in rest[:-1]:
+        child = node[step]
+        if isinstance(node, Mapping) and isinstance(child, Mapping):
+            column += 2
+        elif isinstance(node, list):
+            column += 2  # an item's content starts after its dash
+        node = child
+    node.yaml_set_comment_before_after_key(rest[-1], before=text, indent=column)

@@ -169,12 +169,13 @@ def rbac_command(
     """
     from reconcile.cli.views import render_rbac
     from reconcile.engine import rbac
+    from reconcile.gpu import operations as gpu
 
     problem = rbac.service_account_problem(service_account)
     if problem:
         raise ReconcileError(f"--service-account {problem}")
     state = one_target(session, cluster, "rbac").state
-    render_rbac(rbac.objects(state, service_account), output, stdout())
+    render_rbac(rbac.objects(state, service_account, gpu.RBAC), output, stdout())
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ import re
 import shlex
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from reconcile.cli.output import (
     Format,
@@ -566,11 +566,20 @@ def _md_list(out: TextIO, title: str, items: Iterable[str]) -> None:
 # --- rbac ----------------------------------------------------------------------------------
 
 
+# What the YAML output says first: where it comes from and when to regenerate it.
+_RBAC_HEADER: Final = (
+    "The least privilege reconcile needs (plan, apply --prune/--recreate, watch, upgrade,",
+    "audit, report, import, placement) for the desired/ tree this was generated from, by",
+    "`reconcile rbac`. Regenerate it when desired/ changes; keep the old grants until",
+    "`apply --prune` has deleted what left desired/. Discovery (/api, /apis) needs no",
+    "grant: the default system:discovery role allows it to every authenticated user.",
+)
+
+
 def render_rbac(objects: Sequence[RbacObject], fmt: Format, out: TextIO) -> None:
     """YAML for `kubectl apply -f` with a comment saying why each rule is there; JSON as
     a v1 List; markdown as the YAML in a fenced block."""
     from reconcile.desired.writer import dump_documents
-    from reconcile.engine.rbac import HEADER as RBAC_HEADER
 
     if fmt is Format.JSON:
         write_json(
@@ -579,7 +588,7 @@ def render_rbac(objects: Sequence[RbacObject], fmt: Format, out: TextIO) -> None
         return
     comments: dict[tuple[str | int, ...], str] = {}
     for index, obj in enumerate(objects):
-        lines = [*(RBAC_HEADER if index == 0 else ()), *_wrapped(obj.comment)]
+        lines = [*(_RBAC_HEADER if index == 0 else ()), *_wrapped(obj.comment)]
         if lines:
             comments[(index,)] = "\n".join(lines)
         for rule, why in enumerate(obj.rule_comments):

@@ -17,6 +17,8 @@ from reconcile.kube import labels
 def model_problems(
     error: ValidationError, doc: YamlDocument, model: type[BaseModel]
 ) -> list[Diagnostic]:
+    """Every error in `error` (validating `doc` as `model`) as a diagnostic where `doc`
+    writes what it is about: an unknown field at its key, with the fields allowed there."""
     found = []
     for item in error.errors(include_url=False):
         loc: PathT = tuple(item["loc"])

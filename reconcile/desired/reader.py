@@ -232,7 +232,8 @@ class _Loader:
                 diag.error("cannot read file", Source(self.name(path)), e.strerror or str(e))
             )
             return None
-        # Files are read in a stable order (_files), so the digest names the tree's content.
+        # Files are read in a stable order (sorted by walk or load_with), so the digest names
+        # the tree's content.
         self._digest.update(self.relative(path).encode() + b"\0")
         self._digest.update(len(data).to_bytes(8, "big") + data)
         if not text.strip():

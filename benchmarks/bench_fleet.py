@@ -228,7 +228,7 @@ def peak_rss(command: list[str], cwd: Path) -> int:
 # What `plan` imports before it reads anything: its baseline memory.
 IMPORTS = (
     "import reconcile.cli, reconcile.cli.reconciling, reconcile.kube.client, "
-    "reconcile.engine.operations, reconcile.gpu.checks, reconcile.desired.loader, "
+    "reconcile.engine.operations, reconcile.gpu.checks, reconcile.desired.reader, "
     "reconcile.cli.views"
 )
 

@@ -114,7 +114,7 @@ def import_command(
     changed values change); new nodes get a new file. Prints one line per file written.
     """
     from reconcile.cli.views import render_import
-    from reconcile.desired.loader import load_desired
+    from reconcile.desired.reader import load_desired
     from reconcile.engine.imports import ImportRequest, plan_import, refused_prefix, write_import
     from reconcile.gpu.provenance import DISCOVERED_PREFIXES, OPERATOR_PREFIXES
 
@@ -169,12 +169,13 @@ def rbac_command(
     """
     from reconcile.cli.views import render_rbac
     from reconcile.engine import rbac
+    from reconcile.gpu import operations as gpu
 
     problem = rbac.service_account_problem(service_account)
     if problem:
         raise ReconcileError(f"--service-account {problem}")
     state = one_target(session, cluster, "rbac").state
-    render_rbac(rbac.objects(state, service_account), output, stdout())
+    render_rbac(rbac.objects(state, service_account, gpu.RBAC), output, stdout())
     return EXIT_OK
 
 

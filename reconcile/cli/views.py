@@ -14,7 +14,7 @@ import re
 import shlex
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from reconcile.cli.output import (
     Format,
@@ -566,75 +566,43 @@ def _md_list(out: TextIO, title: str, items: Iterable[str]) -> None:
 # --- rbac ----------------------------------------------------------------------------------
 
 
+# What the YAML output says first: where it comes from and when to regenerate it.
+_RBAC_HEADER: Final = (
+    "The least privilege reconcile needs (plan, apply --prune/--recreate, watch, upgrade,",
+    "audit, report, import, placement) for the desired/ tree this was generated from, by",
+    "`reconcile rbac`. Regenerate it when desired/ changes; keep the old grants until",
+    "`apply --prune` has deleted what left desired/. Discovery (/api, /apis) needs no",
+    "grant: the default system:discovery role allows it to every authenticated user.",
+)
+
+
 def render_rbac(objects: Sequence[RbacObject], fmt: Format, out: TextIO) -> None:
     """YAML for `kubectl apply -f` with a comment saying why each rule is there; JSON as
     a v1 List; markdown as the YAML in a fenced block."""
-    from reconcile.engine.rbac import HEADER as RBAC_HEADER
+    from reconcile.desired.writer import dump_documents
 
     if fmt is Format.JSON:
         write_json(
             {"apiVersion": "v1", "kind": "List", "items": [o.document for o in objects]}, out
         )
         return
+    comments: dict[tuple[str | int, ...], str] = {}
+    for index, obj in enumerate(objects):
+        lines = [*(_RBAC_HEADER if index == 0 else ()), *_wrapped(obj.comment)]
+        if lines:
+            comments[(index,)] = "\n".join(lines)
+        for rule, why in enumerate(obj.rule_comments):
+            if why:
+                comments[(index, "rules", rule)] = "\n".join(_wrapped(why))
     if fmt is Format.MARKDOWN:
         out.write("#### reconcile rbac\n\n```yaml\n")
-    out.writelines(f"# {line}\n" for line in RBAC_HEADER)
-    for index, obj in enumerate(objects):
-        if index:
-            out.write("---\n")
-        out.writelines(f"# {line}\n" for line in _wrapped(obj.comment))
-        out.writelines(line + "\n" for line in _yaml_mapping(obj.document, "", obj.rule_comments))
+    out.write(dump_documents([o.document for o in objects], comments))
     if fmt is Format.MARKDOWN:
         out.write("```\n")
 
 
 def _wrapped(comment: str) -> list[str]:
     return textwrap.wrap(comment, width=88) if comment else []
-
-
-# Plain scalars that YAML 1.1 (kubectl's reading) would take for something other than a string.
-_YAML_WORDS = frozenset(["y", "yes", "n", "no", "true", "false", "on", "off", "null", "~"])
-_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
-
-
-def _yaml_scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    text = str(value)
-    if _PLAIN.fullmatch(text) and text.lower() not in _YAML_WORDS and not _NUMBER.fullmatch(text):
-        return text
-    return json.dumps(text)  # a JSON string is a YAML double-quoted scalar
-
-
-_NUMBER = re.compile(r"[-+]?(\.?[0-9][0-9_.:eE+-]*|0[xob][0-9a-fA-F_]+)")
-
-
-def _yaml_mapping(
-    mapping: dict[str, Any], indent: str, rule_comments: Sequence[str] = ()
-) -> list[str]:
-    """A block mapping; lists of scalars in flow style, lists of mappings as blocks (the
-    items of `rules` each preceded by their comment)."""
-    lines: list[str] = []
-    for key, value in mapping.items():
-        if isinstance(value, dict):
-            lines.append(f"{indent}{key}:")
-            lines += _yaml_mapping(value, indent + "  ")
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            lines.append(f"{indent}{key}:")
-            comments = list(rule_comments) if key == "rules" else []
-            for index, item in enumerate(value):
-                if index < len(comments):
-                    lines += [f"{indent}# {line}" for line in _wrapped(comments[index])]
-                body = _yaml_mapping(item, indent + "  ")
-                lines.append(f"{indent}- {body[0].removeprefix(indent + '  ')}")
-                lines += body[1:]
-        elif isinstance(value, list):
-            lines.append(f"{indent}{key}: [{', '.join(_yaml_scalar(v) for v in value)}]")
-        else:
-            lines.append(f"{indent}{key}: {_yaml_scalar(value)}")
-    return lines
 
 
 def render_import(

@@ -19,8 +19,10 @@ from pydantic import ValidationError
 
 from reconcile import diagnostics as diag
 from reconcile import files as safefiles
-from reconcile.desired import loader
+from reconcile.desired import reader
 from reconcile.desired.models import FLEET, NODE_FEATURES, DesiredState, Fleet, FleetCluster
+from reconcile.desired.problems import model_problems
+from reconcile.desired.yamlpos import not_utf8, parse_yaml
 from reconcile.diagnostics import Diagnostic, Source
 
 FLEET_FILE: Final = "clusters.yaml"
@@ -55,11 +57,11 @@ def load(root: Path) -> tuple[DesiredFleet | None, DesiredState, list[Diagnostic
     """Without desired/clusters.yaml: (None, the tree, its problems), as load_desired.
     With it: (the fleet, an empty state, the problems of every cluster's tree, each once)."""
     if not is_fleet(root):
-        state, problems = loader.load_desired(root)
+        state, problems = reader.load_desired(root)
         return None, state, problems
-    reader = _FleetReader(root)
-    fleet = reader.read()
-    problems = sorted(dict.fromkeys(reader.problems), key=diag.sort_key)
+    fleet_reader = _FleetReader(root)
+    fleet = fleet_reader.read()
+    problems = sorted(dict.fromkeys(fleet_reader.problems), key=diag.sort_key)
     return fleet, DesiredState(), problems
 
 
@@ -73,7 +75,7 @@ def clusters(root: Path) -> tuple[FleetCluster, ...] | None:
 class _FleetReader:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.names = loader.FileNames(root)
+        self.names = reader.FileNames(root)
         self.shown_root = self.names.shown_root
         self.problems: list[Diagnostic] = []
 
@@ -86,8 +88,8 @@ class _FleetReader:
         if model is None:
             return None
         names = [c.name for c in model.clusters]
-        base: list[loader.Entry] = []
-        overlays: dict[str, list[loader.Entry]] = {n: [] for n in names}
+        base: list[reader.Entry] = []
+        overlays: dict[str, list[reader.Entry]] = {n: [] for n in names}
         overlay_roots = {n: self.root / OVERLAYS / n for n in names}
         for text, refused in safefiles.walk(self.root):
             parts = self.names.relative(text).split("/")
@@ -134,12 +136,12 @@ class _FleetReader:
             data = safefiles.read_regular(path)
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            self.problems.append(loader.not_utf8(data, e, self.name(path)))
+            self.problems.append(not_utf8(data, e, self.name(path)))
             return None, where
         except (safefiles.UnsafeFile, OSError) as e:
             self.problems.append(diag.error(f"cannot read {FLEET_FILE}", where, str(e)))
             return None, where
-        documents, problems = loader.parse_yaml(text, self.name(path))
+        documents, problems = parse_yaml(text, self.name(path))
         self.problems.extend(problems)
         if problems:
             return None, where
@@ -152,18 +154,18 @@ class _FleetReader:
         try:
             return Fleet.model_validate(doc.data), doc.at(())
         except ValidationError as e:
-            self.problems.extend(loader.model_problems(e, doc, Fleet))
+            self.problems.extend(model_problems(e, doc, Fleet))
             return None, where
 
     def _identities(
-        self, entries: list[loader.Entry], *, node_files: bool = True
-    ) -> Iterator[tuple[loader.Identity, object, Source]]:
+        self, entries: list[reader.Entry], *, node_files: bool = True
+    ) -> Iterator[tuple[reader.Identity, object, Source]]:
         """(identity, its `$patch` directive or None, where) of every YAML document in
         `entries`; files that cannot be read or parsed are skipped (the tree's reader
         reports them). Without `node_files`, a node file is skipped unless it may hold a
         directive: the key `$patch` written out, or a backslash (an escape could spell it)."""
         for path, refused, _ in entries:
-            if refused is not None or not path.lower().endswith(loader.YAML_SUFFIXES):
+            if refused is not None or not path.lower().endswith(reader.YAML_SUFFIXES):
                 continue
             try:
                 text = safefiles.read_regular(path).decode("utf-8")
@@ -172,18 +174,18 @@ class _FleetReader:
             if (
                 not node_files
                 and self._is_node_file(path)
-                and loader.PATCH_DIRECTIVE not in text
+                and reader.PATCH_DIRECTIVE not in text
                 and "\\" not in text
             ):
                 continue
-            documents, problems = loader.parse_yaml(text, self.name(path))
+            documents, problems = parse_yaml(text, self.name(path))
             if problems:
                 continue
             for doc in documents:
-                found = loader.identity(doc.data)
+                found = reader.identity(doc.data)
                 if found is not None:
                     assert isinstance(doc.data, dict)  # identity() found one
-                    yield found, doc.data.get(loader.PATCH_DIRECTIVE), doc.at(())
+                    yield found, doc.data.get(reader.PATCH_DIRECTIVE), doc.at(())
 
     def _is_node_file(self, path: str) -> bool:
         """An overlay's nodes/<file>."""
@@ -193,33 +195,33 @@ class _FleetReader:
     def _tree(
         self,
         name: str,
-        base: list[loader.Entry],
-        overlay: list[loader.Entry],
-        base_ids: set[loader.Identity],
+        base: list[reader.Entry],
+        overlay: list[reader.Entry],
+        base_ids: set[reader.Identity],
         nodes_shadow: bool,
     ) -> DesiredState:
-        shadowed: set[loader.Identity] = set()
+        shadowed: set[reader.Identity] = set()
         for found, directive, where in self._identities(overlay, node_files=nodes_shadow):
             if directive is not None and directive != "delete":
                 self.problems.append(
                     diag.error(
-                        f"unknown directive {loader.PATCH_DIRECTIVE}: {directive}",
+                        f"unknown directive {reader.PATCH_DIRECTIVE}: {directive}",
                         where,
-                        f"`{loader.PATCH_DIRECTIVE}: delete` excludes the base document of "
+                        f"`{reader.PATCH_DIRECTIVE}: delete` excludes the base document of "
                         "the same apiVersion, kind, namespace and name for this cluster",
                     )
                 )
             elif directive is not None and found not in base_ids:
                 self.problems.append(
                     diag.error(
-                        f"excludes {loader.shown_identity(found)}, which the base does not declare",
+                        f"excludes {reader.shown_identity(found)}, which the base does not declare",
                         where,
                         "an overlay excludes base documents only; remove this one",
                     )
                 )
             if found in base_ids:
                 shadowed.add(found)
-        layer = loader.Layer(self.root / OVERLAYS / name, frozenset(shadowed))
-        state, problems = loader.load_with(self.root, [*base, *overlay], layer)
+        layer = reader.Layer(self.root / OVERLAYS / name, frozenset(shadowed))
+        state, problems = reader.load_with(self.root, [*base, *overlay], layer)
         self.problems.extend(problems)
         return state

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconcile.desired.loader import new_group_file, new_node_file, read_text, render_labels
 from reconcile.desired.models import DesiredGroup, DesiredState
+from reconcile.desired.writer import new_group_file, new_node_file, read_text, render_labels
 from reconcile.diagnostics import ReconcileError
 from reconcile.files import write_inside
 from reconcile.kube import labels

@@ -17,12 +17,33 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from reconcile.diagnostics import Conflict, NotFound, ReconcileError
+from reconcile.engine.grants import Rule, Scope
 from reconcile.kube.api import NodeApi
 
 log = logging.getLogger(__name__)
+
+# The Lease `watch --leader-elect` takes by default, in the service account's namespace.
+LEASE_NAME: Final = "reconcile"
+RBAC: Final = (
+    Rule(
+        "coordination.k8s.io",
+        ("leases",),
+        ("get", "update"),
+        (LEASE_NAME,),
+        why="`watch --leader-elect`: one replica writes, while it holds the Lease",
+        where=Scope.OWN_NAMESPACE,
+    ),
+    Rule(
+        "coordination.k8s.io",
+        ("leases",),
+        ("create",),
+        why="the first replica creates the Lease (create cannot be limited by name)",
+        where=Scope.OWN_NAMESPACE,
+    ),
+)
 
 
 class NoLeaseNamespace(ReconcileError):

@@ -2,7 +2,7 @@
 request, calls one operation and renders what it returns; a library user does the same
 without argv:
 
-    from reconcile.desired.loader import load_desired
+    from reconcile.desired.reader import load_desired
     from reconcile.engine import operations
     from reconcile.gpu import checks as gpu
     from reconcile.kube.client import Cluster
@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import ReconcileError
@@ -39,11 +39,32 @@ from reconcile.engine.apply import (
 from reconcile.engine.checks import Check, Projection, run_checks
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
+from reconcile.engine.grants import Rule
 from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions, build_plan
 from reconcile.engine.workloads import desired_configs, plan_objects
 from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
+
+# Read to identify the cluster: the UID of kube-system is fixed for a cluster's lifetime.
+IDENTITY_NAMESPACE: Final = "kube-system"
+# What plan and apply ask of the API server, whatever desired/ holds (workloads.py and
+# placement.py declare what they add).
+RBAC: Final = (
+    Rule(
+        "",
+        ("nodes",),
+        ("get", "list", "patch"),
+        why="node labels: one paginated LIST to plan, one PATCH per drifted node",
+    ),
+    Rule(
+        "",
+        ("namespaces",),
+        ("get",),
+        (IDENTITY_NAMESPACE,),
+        why="the UID of kube-system identifies the cluster",
+    ),
+)
 
 # The engine's own checks; domain packages add theirs (gpu.checks.GPU_CHECKS).
 ENGINE_CHECKS: tuple[Check, ...] = (placement.impact_check, budget.annotation_budget_check)

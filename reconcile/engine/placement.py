@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
@@ -20,6 +20,7 @@ from reconcile.engine.checks import Projection, projected_labels
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import Finding
+from reconcile.engine.grants import Rule
 from reconcile.kube.kinds import ObjectId, apply_rank, workload_id
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.scheduler import (
@@ -36,6 +37,11 @@ from reconcile.kube.selector import (
     SelectorError,
     from_label_selector,
     parse_int64,
+)
+
+# The impact check reads the pods on the nodes a plan changes.
+RBAC: Final = (
+    Rule("", ("pods",), ("list",), why="pods are listed to find the ones a label change strands"),
 )
 
 # --- workloads ---------------------------------------------------------------------------------

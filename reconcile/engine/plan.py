@@ -240,7 +240,7 @@ class _PlanOrigin(_Frozen):
     apiVersion: Literal["reconcile.dev/v1alpha1"] = PLAN_API_VERSION
     kind: Literal["Plan"] = "Plan"
     cluster: ClusterIdentity | None = None
-    # The digest of the desired/ tree the plan was computed from (loader.tree_digest).
+    # The digest of the desired/ tree the plan was computed from (DesiredState.digest).
     desiredDigest: str | None = None
     # sha256 of the plan's canonical JSON without this field: an edited plan no longer matches.
     digest: str | None = None

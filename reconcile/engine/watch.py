@@ -34,7 +34,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState
@@ -45,6 +45,7 @@ from reconcile.engine.checks import Check
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact, shown_value, taints_after
 from reconcile.engine.findings import NodePolicy, blocking
+from reconcile.engine.grants import Rule
 from reconcile.engine.groups import node_facts
 from reconcile.engine.leader import micro_time
 from reconcile.engine.plan import NodePlan, ObjectPlan, Plan, plan_node
@@ -52,6 +53,21 @@ from reconcile.engine.workloads import desired_configs
 from reconcile.kube.objects import FIELD_MANAGER, LiveNode, NodeEvent
 
 log = logging.getLogger(__name__)
+
+# Where `--correct` records Events about nodes: events about cluster-scoped objects live
+# in `default`.
+EVENT_NAMESPACE: Final = "default"
+RBAC: Final = (
+    Rule("", ("nodes",), ("watch",), why="`watch` follows them"),
+    Rule(
+        "events.k8s.io",
+        ("events",),
+        ("create",),
+        why="`watch --correct` records an Event on each node it corrects "
+        "(events about cluster-scoped objects live in default)",
+        where=EVENT_NAMESPACE,
+    ),
+)
 
 # Largest Event note the API server accepts (events.k8s.io/v1: 1 KiB).
 NOTE_LIMIT = 1024
@@ -68,7 +84,7 @@ class Trees(Protocol):
 
 
 class WatchObserver(Protocol):
-    """What a watch reports as it goes; the CLI prints and counts it."""
+    """What a watch reports as it goes (the command line prints it, and its metrics count it)."""
 
     def drift(self, node: str, changes: Sequence[NodeChange]) -> None:
         """Drift that has just appeared on a node (not yet corrected)."""
@@ -127,8 +143,8 @@ class WatchRequest:
     flap_window: float = 600.0
     flap_backoff: float = 60.0
     flap_backoff_max: float = 3600.0
-    # Where Events about nodes go (cluster-scoped objects' events live in `default`).
-    event_namespace: str = "default"
+    # Where Events about nodes go.
+    event_namespace: str = EVENT_NAMESPACE
     instance: str = "reconcile"
     # How long to wait before listing again after the API server could not be reached.
     retry_after: float = 5.0

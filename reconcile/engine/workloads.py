@@ -40,6 +40,7 @@ from reconcile.diagnostics import (
 )
 from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
 from reconcile.engine.findings import Finding
+from reconcile.engine.grants import Rule
 from reconcile.engine.plan import NO_OPTIONS, ObjectAction, ObjectPlan, PlanOptions
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
@@ -58,6 +59,28 @@ MANAGED_BY: Final = "reconcile"
 INVENTORY_NAMESPACE: Final = "default"
 INVENTORY_NAME: Final = "reconcile-inventory"
 INVENTORY_KEY: Final = "objects"
+# The inventory's; what desired/ declares needs more, which rbac.py derives from the tree.
+RBAC: Final = (
+    Rule(
+        "",
+        ("configmaps",),
+        ("get", "patch"),
+        (INVENTORY_NAME,),
+        why="the inventory of applied objects (what --prune may delete): "
+        "read by plan, written by apply",
+        where=INVENTORY_NAMESPACE,
+    ),
+    Rule(
+        "",
+        ("configmaps",),
+        ("create",),
+        why="the first apply creates the inventory; RBAC cannot limit create "
+        "by resourceNames (the name of a new object is not known when create "
+        "is authorized), so create on configmaps is granted in this namespace "
+        "only",
+        where=INVENTORY_NAMESPACE,
+    ),
+)
 # Kinds --prune never deletes, whatever an (older) inventory lists: deleting a Node
 # deregisters a machine, and node facts are not objects (desired/nodes, desired/groups).
 NEVER_PRUNED: Final = frozenset({("v1", "Node")})

@@ -8,13 +8,16 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
-from reconcile.desired.loader import write_labels
 from reconcile.desired.models import DesiredState, Manifest
+from reconcile.desired.writer import write_labels
 from reconcile.diagnostics import ReconcileError
+from reconcile.engine.grants import Rule
 from reconcile.gpu import drivers
 from reconcile.gpu.drivers import AuditFinding, Coverage
 from reconcile.gpu.rollout import Rollout, RolloutPlan, RolloutRequest
+from reconcile.gpu.upgrade import RBAC as UPGRADE_RBAC
 from reconcile.gpu.upgrade import (
     Declared,
     PodToEvict,
@@ -25,6 +28,13 @@ from reconcile.gpu.upgrade import (
 )
 from reconcile.kube.api import NodeApi
 from reconcile.kube.objects import LiveNode
+
+# What the GPU commands ask of the API server beyond the engine's operations (audit and a
+# pool's upgrade list nodes as plan does); `reconcile rbac` merges them into its Roles.
+RBAC: Final = (
+    Rule("", ("nodes",), ("get",), why="upgrade and `drivers tag` read one node"),
+    *UPGRADE_RBAC,
+)
 
 
 def _gpu_nodes(cluster: NodeApi) -> list[LiveNode]:

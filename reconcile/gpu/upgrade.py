@@ -17,6 +17,7 @@ from typing import Any, Final, NamedTuple, NoReturn
 
 from reconcile.desired.reserved import UPGRADE_TARGET, UPGRADE_WAS_CORDONED
 from reconcile.diagnostics import ApiError, NotFound, ReconcileError, TooManyRequests
+from reconcile.engine.grants import Rule
 from reconcile.gpu import drivers
 from reconcile.kube.api import NodeApi
 from reconcile.kube.kinds import workload_id
@@ -51,6 +52,27 @@ STATES: Final = (
 )
 EVICTION_RETRY_SECONDS: Final = 5.0
 DELETION_POLL_SECONDS: Final = 0.5
+# What a drain asks of the API server beyond the node itself (gpu/operations.py).
+RBAC: Final = (
+    Rule(
+        "",
+        ("pods",),
+        ("get", "list"),
+        why="upgrade lists the pods on its node and waits for evicted ones to go",
+    ),
+    Rule(
+        "",
+        ("pods/eviction",),
+        ("create",),
+        why="a drain evicts through the Eviction API, which respects budgets; never a plain delete",
+    ),
+    Rule(
+        "policy",
+        ("poddisruptionbudgets",),
+        ("list",),
+        why="upgrade checks the budgets of the pods a drain would evict",
+    ),
+)
 
 
 class Step(NamedTuple):

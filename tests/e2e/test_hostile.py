@@ -278,7 +278,7 @@ def test_an_internal_error_is_one_line_and_exit_2_with_the_traceback_only_with_v
     def broken(root: Path) -> None:
         raise RuntimeError("GET https://admin:hunter2@example.test/x failed\nsecond line")
 
-    monkeypatch.setattr("reconcile.desired.loader.load_desired", broken)
+    monkeypatch.setattr("reconcile.desired.reader.load_desired", broken)
 
     quiet = run_cli("validate", cwd=workdir)
     verbose = run_cli("validate", "-v", cwd=workdir)

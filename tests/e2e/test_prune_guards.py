@@ -573,7 +573,7 @@ def test_two_applies_of_the_same_change_print_it_once(
     make_cluster: ClusterFactory, workdir: Path
 ) -> None:
     """Both runs plan before either writes; the second finds every change made already."""
-    from reconcile.desired.loader import load_desired
+    from reconcile.desired.reader import load_desired
     from reconcile.engine.operations import PlanRequest
     from reconcile.gpu import checks as gpu
     from reconcile.kube.client import Cluster

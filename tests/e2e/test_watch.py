@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from reconcile import diagnostics as diag
-from reconcile.desired.loader import load_desired
 from reconcile.desired.models import DesiredState
+from reconcile.desired.reader import load_desired
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.operations import PlanRequest
 from reconcile.engine.plan import ObjectPlan, PlanOptions

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconcile.desired.loader import load_desired
+from reconcile.desired.reader import load_desired
 from reconcile.diagnostics import Diagnostic, Severity
 
 NODE = """\

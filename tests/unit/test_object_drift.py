@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from reconcile.desired.loader import field_path
+from reconcile.desired.problems import field_path
 from reconcile.diagnostics import Invalid
 from reconcile.engine.diff import Action, FieldChange, manifest_drift, object_drift
 from reconcile.engine.workloads import inventory_entry, is_immutable, parse_inventory_entry

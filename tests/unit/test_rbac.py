@@ -8,7 +8,13 @@ from typing import Any
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Source
 from reconcile.engine import rbac
-from reconcile.engine.rbac import Rule, cluster_rules, namespace_rules, service_account_problem
+from reconcile.engine.grants import Rule, Scope
+from reconcile.engine.rbac import (
+    cluster_rules,
+    declared_rules,
+    namespace_rules,
+    service_account_problem,
+)
 
 
 def _state(*objects: tuple[str, str, str, str]) -> DesiredState:
@@ -27,25 +33,24 @@ def _grants(
     return [(r.group, r.resources, r.verbs, r.names) for r in rules]
 
 
-def test_an_empty_tree_needs_nodes_pods_budgets_and_kube_system_only_cluster_wide() -> None:
-    assert _grants(cluster_rules(DesiredState())) == [
-        ("", ("nodes",), ("get", "list", "patch", "watch"), ()),
-        ("", ("namespaces",), ("get",), ("kube-system",)),
-        ("", ("pods",), ("get", "list"), ()),
-        ("", ("pods/eviction",), ("create",), ()),
-        ("policy", ("poddisruptionbudgets",), ("list",), ()),
-    ]
+def test_an_empty_tree_needs_only_what_the_operations_declare() -> None:
+    declared = [r for r in declared_rules() if r.where is Scope.CLUSTER]
+    assert cluster_rules(DesiredState()) == declared
+    grants = _grants(declared)
+    assert ("", ("nodes",), ("get", "list", "patch", "watch"), ()) in grants
+    assert ("", ("namespaces",), ("get",), ("kube-system",)) in grants
     roles = namespace_rules(DesiredState())
     assert sorted(roles) == ["default", "reconcile-system"]
-    assert _grants(roles["default"]) == [
-        ("", ("configmaps",), ("get", "patch"), ("reconcile-inventory",)),
-        ("", ("configmaps",), ("create",), ()),
-        ("events.k8s.io", ("events",), ("create",), ()),
-    ]
-    assert _grants(roles["reconcile-system"]) == [
-        ("coordination.k8s.io", ("leases",), ("get", "update"), ("reconcile",)),
-        ("coordination.k8s.io", ("leases",), ("create",), ()),
-    ]
+    inventory = ("", ("configmaps",), ("get", "patch"), ("reconcile-inventory",))
+    assert inventory in _grants(roles["default"])
+    lease = ("coordination.k8s.io", ("leases",), ("get", "update"), ("reconcile",))
+    assert lease in _grants(roles["reconcile-system"])
+
+
+def test_a_domains_rules_are_merged_into_the_engines() -> None:
+    drains = Rule("", ("pods",), ("get",), why="drains read the pods they evict")
+    pods = [g for g in _grants(cluster_rules(DesiredState(), also=[drains])) if g[1] == ("pods",)]
+    assert pods == [("", ("pods",), ("get", "list"), ())]
 
 
 def test_namespaced_kinds_are_granted_in_their_namespaces_only() -> None:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from reconcile.desired.loader import load_desired
 from reconcile.desired.models import DesiredState
+from reconcile.desired.reader import load_desired
 from reconcile.diagnostics import ApiError, TooManyRequests
 from reconcile.gpu.rollout import (
     Batch,

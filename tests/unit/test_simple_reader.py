@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from reconcile.desired import simple
-from reconcile.desired.loader import parse_yaml
 from reconcile.desired.models import NodeFeatures
+from reconcile.desired.yamlpos import parse_yaml
 
 HEAD = "apiVersion: reconcile.dev/v1alpha1\nkind: NodeFeatures\nmetadata:\n  name: n1\n"
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from reconcile.desired.loader import load_desired, write_labels
 from reconcile.desired.models import DesiredNode
+from reconcile.desired.reader import load_desired
+from reconcile.desired.writer import write_labels
 from reconcile.diagnostics import Source
 from reconcile.gpu.upgrade import (
     PodToEvict,

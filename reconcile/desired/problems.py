@@ -1,0 +1,89 @@
+"""Problems found in a YAML document as diagnostics at file:line:col: pydantic's
+validation errors, and the API server's field paths, placed where they are written."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from reconcile import diagnostics as diag
+from reconcile.desired.yamlpos import SCALAR_TAG_NAMES, PathT, YamlDocument
+from reconcile.diagnostics import Diagnostic
+from reconcile.kube import labels
+
+
+def model_problems(
+    error: ValidationError, doc: YamlDocument, model: type[BaseModel]
+) -> list[Diagnostic]:
+    """Every error in `error` (validating `doc` as `model`) as a diagnostic where `doc`
+    writes what it is about: an unknown field at its key, with the fields allowed there."""
+    found = []
+    for item in error.errors(include_url=False):
+        loc: PathT = tuple(item["loc"])
+        kind = item["type"]
+        if loc and loc[-1] == "[key]":
+            found.append(diag.error(item["msg"], doc.at(loc[:-1], key=True)))
+            continue
+        shown = labels.shown(".".join(str(p) for p in loc), labels.SHOWN_NAME, quote=False)
+        if kind == "extra_forbidden":
+            allowed = ", ".join(_fields_at(model, loc[:-1]))
+            found.append(
+                diag.error(
+                    f"unknown field {shown!r}", doc.at(loc, key=True), f"allowed here: {allowed}"
+                )
+            )
+        elif kind == "missing":
+            found.append(diag.error(f"missing required field {shown!r}", doc.at(loc[:-1])))
+        elif kind == "literal_error":
+            expected = item.get("ctx", {}).get("expected", "")
+            found.append(diag.error(f"{shown} must be {expected}", doc.at(loc)))
+        elif kind == "string_type" and loc in doc.scalars:
+            tag, text = doc.scalars[loc]
+            written = labels.shown(text, quote=False)
+            found.append(
+                diag.error(
+                    f"{shown}: must be a string, but YAML reads {written} as "
+                    f"{SCALAR_TAG_NAMES[tag]} ({labels.shown(repr(item['input']), quote=False)})",
+                    doc.at(loc),
+                    f'quote it to keep it exactly as written: "{written}"',
+                )
+            )
+        elif kind.startswith(("label_", "object_name")):
+            found.append(diag.error(f"{shown}: {item['msg']}", doc.at(loc)))
+        else:
+            found.append(diag.error(f"{shown}: {item['msg']}", doc.at(loc)))
+    return found
+
+
+def _fields_at(model: type[BaseModel], loc: PathT) -> list[str]:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = getattr(current, "model_fields", {}).get(part)
+        if info is None:
+            return []
+        annotation = info.annotation
+        args = getattr(annotation, "__args__", ())
+        current = next((a for a in (annotation, *args) if hasattr(a, "model_fields")), None)
+        if current is None:
+            return []
+    return list(getattr(current, "model_fields", {}))
+
+
+_FIELD_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]|\[([^\]]*)\]")
+
+
+def field_path(field: str) -> PathT:
+    """`spec.containers[0].image` -> ("spec", "containers", 0, "image")."""
+    path: list[str | int] = []
+    for name, index, key in _FIELD_PART.findall(field):
+        if name:
+            path.append(name)
+        elif index:
+            path.append(int(index))
+        else:
+            path.append(key)
+    return tuple(path)

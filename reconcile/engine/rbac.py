@@ -5,7 +5,7 @@ placement.py, workloads.py, watch.py, leader.py; a domain package brings its own
 they are merged here (grants.merged); what desired/ declares adds the rest: the
 namespaces it puts objects in without creating them, one Role per namespace for the
 namespaced kinds it declares there, and for cluster-scoped kinds a ClusterRole rule per
-kind, with the declared names wherever a verb can be limited by name. kube/client.py
+kind, with the declared names wherever a verb can be limited by name. kube/client/
 makes every request; a test drives every command against the sandbox and checks each
 request against these rules, and each rule against the requests.
 

@@ -156,7 +156,7 @@ _CANONICAL: Final = re.compile(
 )
 # A label line of a block _CANONICAL matched: its key, and the rest of the line (the
 # token, or nothing; a token with spaces after it is not one a cache knows, and falls to
-# the general reader). Simpler than the line's own expression, and half its time.
+# the general reader). Simpler than the line's own expression, and faster.
 _PAIR: Final = re.compile(rf"\n  ({_KEY}):[ ]*([^\n]*)")
 _BAD: Final = object()
 # key -> the one string every file's node holds for it (None: not a valid key); token ->

@@ -60,7 +60,7 @@ class Cluster:
 
     Requests go through the official client's ApiClient (configuration, credentials and
     their refresh, TLS, connection pool) with paths built here: the generated typed API
-    classes would cost most of a second of start-up to import, for no gain.
+    classes would add their import time to every start, for no gain.
     """
 
     def __init__(

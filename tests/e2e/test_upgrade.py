@@ -54,6 +54,13 @@ def work(tmp_path: Path) -> Path:
     return target
 
 
+@pytest.fixture(autouse=True)
+def _prompt_deletion_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI runs in this process: it looks for an evicted pod to go every 0.05 s, not
+    every 0.5 s (the sandbox's kubelet confirms a deletion after 0.2 s)."""
+    monkeypatch.setattr(upgrade, "DELETION_POLL_SECONDS", 0.05)
+
+
 def _add_row(work: Path) -> None:
     matrix = work / "desired" / "drivers" / "support-matrix.csv"
     matrix.write_text(matrix.read_text() + ROW)

@@ -632,6 +632,7 @@ def _rp_pool(make_cluster: ClusterFactory) -> TestCluster:
     return cluster
 
 
+@pytest.mark.slow
 def test_a_pool_rollout_waits_for_each_replacement_pod_before_the_next_drain(
     make_cluster: ClusterFactory, work: Path
 ) -> None:
@@ -674,6 +675,7 @@ def test_a_pool_rollout_waits_for_each_replacement_pod_before_the_next_drain(
         assert not found["spec"].get("unschedulable")
 
 
+@pytest.mark.slow
 def test_a_batch_whose_budget_does_not_recover_in_time_fails_without_being_cordoned(
     make_cluster: ClusterFactory, work: Path
 ) -> None:

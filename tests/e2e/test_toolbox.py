@@ -404,6 +404,7 @@ def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) 
     return checked.asked
 
 
+@pytest.mark.slow
 def test_reconcile_rbac_allows_every_call_and_the_shipped_roles_grant_nothing_more(
     make_cluster: ClusterFactory, workdir: Path, tmp_path: Path
 ) -> None:
@@ -693,6 +694,7 @@ def _run_on_a_terminal(args: list[str], cwd: Path, env: dict[str, str]) -> str:
     return b"".join(chunks).decode()
 
 
+@pytest.mark.slow
 def test_colour_on_a_terminal_unless_no_color(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
     env["TERM"] = "xterm"
@@ -763,6 +765,7 @@ def test_pre_commit_hook_runs_validate() -> None:
 # --- the package --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     built = subprocess.run(

@@ -558,6 +558,7 @@ def ended(process: subprocess.Popen[str]) -> tuple[str, str]:
     return out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("becomes", ["a fleet", "an empty directory"])
 def test_a_tree_that_becomes_a_fleet_or_empty_is_invalid_and_the_last_valid_one_stays(
     lab: TestCluster, workdir: Path, tmp_path: Path, becomes: str
@@ -596,6 +597,7 @@ def test_a_tree_that_becomes_a_fleet_or_empty_is_invalid_and_the_last_valid_one_
     assert f"lab-node-0 {GPU_COUNT} 4" in out
 
 
+@pytest.mark.slow
 def test_a_reverted_bad_edit_makes_the_tree_valid_again(lab: TestCluster, workdir: Path) -> None:
     node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
     valid = node_file.read_text()
@@ -710,6 +712,7 @@ def tiers(cluster: TestCluster) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_a_backlog_is_corrected_in_parallel_each_node_once_with_its_event(
     make_cluster: ClusterFactory, workdir: Path
 ) -> None:

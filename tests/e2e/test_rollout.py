@@ -557,7 +557,7 @@ class _ReplicaSetStandIn:
                 if looked or time.monotonic() >= latest:
                     del starting[name]
                     self._run(name)
-            time.sleep(0.02)
+            time.sleep(0.05)
 
     def _run(self, name: str) -> None:
         path = f"/api/v1/namespaces/train/pods/{name}/status"

@@ -225,6 +225,13 @@ def test_a_fight_with_another_writer_is_left_alone(lab: TestCluster, workdir: Pa
         assert len(heard.drift_lines("corrected")) == 5  # lab-node-1 and four of lab-node-0
 
 
+def replace_text(path: Path, text: str) -> None:
+    """`path` holds `text` at once: written beside it, then renamed over it."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def test_an_invalid_tree_is_reported_and_the_last_valid_one_stays(
     lab: TestCluster, workdir: Path
 ) -> None:
@@ -232,11 +239,13 @@ def test_an_invalid_tree_is_reported_and_the_last_valid_one_stays(
     node_file = desired / "nodes" / "lab-node-0.yaml"
     valid = node_file.read_text()
     with watching(lab, desired, correct=True) as (heard, _):
-        node_file.write_text(valid.replace('gpu.count: "4"', "gpu.count: [1]"))
+        # Each edit lands whole (a rename): a watcher that polls mid-write sees a truncated
+        # file, an invalid tree of its own that the counts below would not expect.
+        replace_text(node_file, valid.replace('gpu.count: "4"', "gpu.count: [1]"))
         eventually(lambda: [ok for _, ok in heard.trees] == [True, False], "the invalid tree")
         lab.label("lab-node-0", **{GPU_COUNT: "7"})
         eventually(lambda: lab.labels("lab-node-0")[GPU_COUNT] == "4", "the last valid value")
-        node_file.write_text(valid.replace('gpu.count: "4"', 'gpu.count: "3"'))
+        replace_text(node_file, valid.replace('gpu.count: "4"', 'gpu.count: "3"'))
         eventually(lambda: lab.labels("lab-node-0")[GPU_COUNT] == "3", "the new tree's value")
         assert [ok for _, ok in heard.trees] == [True, False, True]
 

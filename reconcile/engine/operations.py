@@ -31,9 +31,6 @@ from reconcile.engine.apply import (
     ApplyResult,
     apply_objects,
     apply_plan,
-    check_fresh,
-    check_manifests,
-    check_objects_fresh,
     preflight_objects,
 )
 from reconcile.engine.checks import Check, Projection, run_checks
@@ -165,7 +162,7 @@ def open_saved(plan: Plan, desired: DesiredState | None, *, key: bytes | None = 
             "none here: nothing was applied. Apply it from that checkout (--desired DIR)"
         )
     configs = desired_configs(desired)
-    check_manifests(plan, configs)
+    saved.check_manifests(plan, configs)
     return SavedPlan(plan, desired, configs)
 
 
@@ -190,8 +187,8 @@ def verify_saved(
         request.options,
     )
     live = cluster.list_nodes()
-    check_fresh(opened.plan, live)
-    check_objects_fresh(opened.plan, cluster)
+    saved.check_fresh(opened.plan, live)
+    saved.check_objects_fresh(opened.plan, cluster)
     replanned = plan(
         dataclasses.replace(request, desired=desired),
         cluster,

@@ -12,11 +12,10 @@ from reconcile.engine.apply import (
     apply_node,
     apply_objects,
     apply_plan,
-    check_fresh,
-    check_objects_fresh,
     preflight_objects,
 )
 from reconcile.engine.plan import Plan, PlanOptions, build_plan
+from reconcile.engine.saved import check_fresh, check_objects_fresh
 from reconcile.engine.workloads import (
     CONFIGMAPS,
     INVENTORY_NAME,

@@ -21,7 +21,6 @@ from reconcile.engine.apply import (
     ObjectResult,
     apply_objects,
     apply_plan,
-    check_fresh,
 )
 from reconcile.engine.checks import Projection
 from reconcile.engine.diff import Action, NodeChange, fact_drift
@@ -34,6 +33,7 @@ from reconcile.engine.plan import (
     PlanOptions,
     build_plan,
 )
+from reconcile.engine.saved import check_fresh
 from reconcile.gpu.checks import GpuPolicy, driver_coverage
 from reconcile.gpu.provenance import label_fights
 from reconcile.kube.objects import LiveNode

@@ -30,14 +30,8 @@ from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.findings import NO_POLICY, NodePolicy
 from reconcile.engine.groups import node_facts
-from reconcile.engine.plan import (
-    MissingNode,
-    NodePlan,
-    ObjectAction,
-    ObjectPlan,
-    Plan,
-    plan_node,
-)
+from reconcile.engine.nodes.plan import plan_node
+from reconcile.engine.plan import MissingNode, NodePlan, ObjectAction, ObjectPlan, Plan
 from reconcile.engine.workloads import (
     CONFIGMAPS,
     INVENTORY_NAME,

@@ -37,7 +37,8 @@ from reconcile.engine.checks import Check, Projection, run_checks
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
 from reconcile.engine.grants import Rule
-from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions, build_plan
+from reconcile.engine.nodes.plan import build_plan
+from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions
 from reconcile.engine.workloads import desired_configs, plan_objects
 from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.kinds import ObjectId

@@ -14,7 +14,8 @@ from reconcile.engine.apply import (
     apply_plan,
     preflight_objects,
 )
-from reconcile.engine.plan import Plan, PlanOptions, build_plan
+from reconcile.engine.nodes.plan import build_plan
+from reconcile.engine.plan import Plan, PlanOptions
 from reconcile.engine.saved import check_fresh, check_objects_fresh
 from reconcile.engine.workloads import (
     CONFIGMAPS,

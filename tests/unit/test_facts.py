@@ -17,7 +17,7 @@ from reconcile.engine.facts import (
     shown_value,
     taints_after,
 )
-from reconcile.engine.plan import build_plan
+from reconcile.engine.nodes.plan import build_plan
 from tests.fake import FakeCluster
 
 OTHERS = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "t0"}

@@ -25,14 +25,8 @@ from reconcile.engine.apply import (
 from reconcile.engine.checks import Projection
 from reconcile.engine.diff import Action, NodeChange, fact_drift
 from reconcile.engine.facts import BY_FACT, RULES, Fact
-from reconcile.engine.plan import (
-    INVENTORY_ANNOTATION,
-    ClusterIdentity,
-    ObjectPlan,
-    Plan,
-    PlanOptions,
-    build_plan,
-)
+from reconcile.engine.nodes.plan import INVENTORY_ANNOTATION, build_plan
+from reconcile.engine.plan import ClusterIdentity, ObjectPlan, Plan, PlanOptions
 from reconcile.engine.saved import check_fresh
 from reconcile.gpu.checks import GpuPolicy, driver_coverage
 from reconcile.gpu.provenance import label_fights

@@ -254,7 +254,7 @@ def _request(
         )
         request = ApplyRequest(verified, desired=opened.desired, saved=True, configs=opened.configs)
     else:
-        from reconcile.engine.workloads import desired_configs
+        from reconcile.engine.objects.plan import desired_configs
 
         request = ApplyRequest(
             _plan(cluster, planning, target.state, steps),

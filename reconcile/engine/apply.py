@@ -31,17 +31,17 @@ from reconcile.engine.diff import NodeChange
 from reconcile.engine.findings import NO_POLICY, NodePolicy
 from reconcile.engine.groups import node_facts
 from reconcile.engine.nodes.plan import plan_node
-from reconcile.engine.plan import MissingNode, NodePlan, ObjectAction, ObjectPlan, Plan
-from reconcile.engine.workloads import (
+from reconcile.engine.objects.inventory import (
     CONFIGMAPS,
     INVENTORY_NAME,
     INVENTORY_NAMESPACE,
-    NEVER_PRUNED,
     inventory_entry,
     inventory_object,
     read_inventory,
-    replan_object,
 )
+from reconcile.engine.objects.plan import replan_object
+from reconcile.engine.objects.prune import NEVER_PRUNED
+from reconcile.engine.plan import MissingNode, NodePlan, ObjectAction, ObjectPlan, Plan
 from reconcile.kube import sensitive
 from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.kinds import ObjectId
@@ -340,7 +340,7 @@ def apply_objects(
     Every object about to be created is recorded in the inventory first: an apply that
     stops half-way never leaves an object that a later --prune cannot find. `configs`
     holds, by object id, the configuration of objects the plan holds only by digest
-    (`workloads.desired_configs`)."""
+    (`objects.plan.desired_configs`)."""
     inventory_id = f"ConfigMap/{INVENTORY_NAMESPACE}/{INVENTORY_NAME}"
     try:
         _record_before_creating(plan, cluster)

@@ -38,16 +38,16 @@ from reconcile.engine.facts import Fact
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
 from reconcile.engine.grants import Rule
 from reconcile.engine.nodes.plan import build_plan
+from reconcile.engine.objects.plan import desired_configs, plan_objects
 from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions
-from reconcile.engine.workloads import desired_configs, plan_objects
 from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 
 # Read to identify the cluster: the UID of kube-system is fixed for a cluster's lifetime.
 IDENTITY_NAMESPACE: Final = "kube-system"
-# What plan and apply ask of the API server, whatever desired/ holds (workloads.py and
-# placement.py declare what they add).
+# What plan and apply ask of the API server, whatever desired/ holds (objects/inventory.py
+# and placement.py declare what they add).
 RBAC: Final = (
     Rule(
         "",

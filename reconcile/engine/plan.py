@@ -1,5 +1,5 @@
 """The plan: a frozen value that says what apply will change, and from which state. Its
-vocabulary only: node facts are planned in nodes/plan.py, workload objects in workloads.py.
+vocabulary only: node facts are planned in nodes/plan.py, workload objects in objects/plan.py.
 
 Every drifted node records the resourceVersion it was planned against, so a saved plan
 can be refused as stale when its node moved on, and every write carries that version

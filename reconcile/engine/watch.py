@@ -49,8 +49,8 @@ from reconcile.engine.grants import Rule
 from reconcile.engine.groups import node_facts
 from reconcile.engine.leader import micro_time
 from reconcile.engine.nodes.plan import plan_node
+from reconcile.engine.objects.plan import desired_configs
 from reconcile.engine.plan import NodePlan, ObjectPlan, Plan
-from reconcile.engine.workloads import desired_configs
 from reconcile.kube.objects import FIELD_MANAGER, LiveNode, NodeEvent
 
 log = logging.getLogger(__name__)

@@ -15,15 +15,15 @@ from reconcile.engine.apply import (
     preflight_objects,
 )
 from reconcile.engine.nodes.plan import build_plan
-from reconcile.engine.plan import Plan, PlanOptions
-from reconcile.engine.saved import check_fresh, check_objects_fresh
-from reconcile.engine.workloads import (
+from reconcile.engine.objects.inventory import (
     CONFIGMAPS,
     INVENTORY_NAME,
     INVENTORY_NAMESPACE,
-    plan_objects,
     read_inventory,
 )
+from reconcile.engine.objects.plan import plan_objects
+from reconcile.engine.plan import Plan, PlanOptions
+from reconcile.engine.saved import check_fresh, check_objects_fresh
 from tests.fake import FakeCluster
 
 

@@ -27,19 +27,16 @@ from typing import Any, Final, Protocol
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import ReconcileError
 from reconcile.engine import budget, placement, saved
-from reconcile.engine.apply import (
-    ApplyResult,
-    apply_objects,
-    apply_plan,
-    preflight_objects,
-)
 from reconcile.engine.checks import Check, Projection, run_checks
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
 from reconcile.engine.grants import Rule
+from reconcile.engine.nodes.apply import apply_plan
 from reconcile.engine.nodes.plan import build_plan
+from reconcile.engine.objects.apply import apply_objects, preflight_objects
 from reconcile.engine.objects.plan import desired_configs, plan_objects
 from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions
+from reconcile.engine.results import ApplyResult
 from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode

@@ -10,7 +10,7 @@ import pytest
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import PlanRefused, ReconcileError, Source
 from reconcile.engine import saved
-from reconcile.engine.apply import apply_objects
+from reconcile.engine.objects.apply import apply_objects
 from reconcile.engine.objects.plan import plan_objects
 from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan
 from tests.fake import CONFIGMAPS, FakeCluster

@@ -9,7 +9,7 @@ import pytest
 
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import EmptyPrune, Source
-from reconcile.engine.apply import apply_objects
+from reconcile.engine.objects.apply import apply_objects
 from reconcile.engine.objects.inventory import (
     CONFIGMAPS,
     INVENTORY_KEY,

@@ -1,5 +1,5 @@
-"""Workload objects from desired/workloads: planned by server-side dry-run (plan.py) and
-pruned by inventory (prune.py, inventory.py); engine/apply.py applies them.
+"""Workload objects from desired/workloads: planned by server-side dry-run (plan.py),
+pruned by inventory (prune.py, inventory.py), applied by server-side apply (apply.py).
 
 A Secret's values never reach a plan (see kube/sensitive.py): live, dry-run and desired
 objects are compared with every value replaced by a digest, server messages about them

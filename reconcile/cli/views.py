@@ -31,13 +31,13 @@ from reconcile.kube import labels
 # What the views show, for their signatures only: `validate` renders its problems without
 # importing the engine (a view that needs one of its constants imports it where it does).
 if TYPE_CHECKING:
-    from reconcile.engine.apply import ApplyResult
     from reconcile.engine.diff import FieldChange, NodeChange
     from reconcile.engine.fleet import FleetPlan
     from reconcile.engine.imports import FileChange
     from reconcile.engine.placement import Placement
     from reconcile.engine.plan import MissingNode, Plan
     from reconcile.engine.rbac import RbacObject
+    from reconcile.engine.results import ApplyResult
     from reconcile.gpu.drivers import Coverage
     from reconcile.gpu.operations import Report, Tag
 

@@ -40,7 +40,6 @@ from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Diagnostic, EmptyPrune, ReconcileError
 from reconcile.engine import operations, placement
-from reconcile.engine.apply import NodeResult, apply_node, apply_objects
 from reconcile.engine.checks import Check
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact, shown_value, taints_after
@@ -48,8 +47,12 @@ from reconcile.engine.findings import NodePolicy, blocking
 from reconcile.engine.grants import Rule
 from reconcile.engine.groups import node_facts
 from reconcile.engine.leader import micro_time
-from reconcile.engine.plan import NodePlan, ObjectPlan, Plan, plan_node
-from reconcile.engine.workloads import desired_configs
+from reconcile.engine.nodes.apply import apply_node
+from reconcile.engine.nodes.plan import plan_node
+from reconcile.engine.objects.apply import apply_objects
+from reconcile.engine.objects.plan import desired_configs
+from reconcile.engine.plan import NodePlan, ObjectPlan, Plan
+from reconcile.engine.results import NodeResult
 from reconcile.kube.objects import FIELD_MANAGER, LiveNode, NodeEvent
 
 log = logging.getLogger(__name__)

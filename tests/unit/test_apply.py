@@ -7,23 +7,19 @@ import pytest
 
 from reconcile.desired.models import DesiredNode, DesiredState, Manifest
 from reconcile.diagnostics import Source, StalePlan
-from reconcile.engine.apply import (
-    DONE_BY_OTHERS,
-    apply_node,
-    apply_objects,
-    apply_plan,
-    check_fresh,
-    check_objects_fresh,
-    preflight_objects,
-)
-from reconcile.engine.plan import Plan, PlanOptions, build_plan
-from reconcile.engine.workloads import (
+from reconcile.engine.nodes.apply import apply_node, apply_plan
+from reconcile.engine.nodes.plan import build_plan
+from reconcile.engine.objects.apply import apply_objects, preflight_objects
+from reconcile.engine.objects.inventory import (
     CONFIGMAPS,
     INVENTORY_NAME,
     INVENTORY_NAMESPACE,
-    plan_objects,
     read_inventory,
 )
+from reconcile.engine.objects.plan import plan_objects
+from reconcile.engine.plan import Plan, PlanOptions
+from reconcile.engine.results import DONE_BY_OTHERS
+from reconcile.engine.saved import check_fresh, check_objects_fresh
 from tests.fake import FakeCluster
 
 

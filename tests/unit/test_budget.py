@@ -8,7 +8,7 @@ from reconcile.desired.reserved import ANNOTATION_INVENTORY
 from reconcile.diagnostics import Severity, Source
 from reconcile.engine.budget import annotation_budget_check
 from reconcile.engine.checks import Projection
-from reconcile.engine.plan import build_plan
+from reconcile.engine.nodes.plan import build_plan
 from reconcile.kube.validation import TOTAL_ANNOTATION_SIZE_LIMIT
 from tests.fake import FakeCluster
 

@@ -10,7 +10,8 @@ from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.diagnostics import Severity, Source
 from reconcile.engine.checks import Projection, projected_labels, run_checks
 from reconcile.engine.findings import Finding
-from reconcile.engine.plan import PlanOptions, build_plan
+from reconcile.engine.nodes.plan import build_plan
+from reconcile.engine.plan import PlanOptions
 from tests.fake import FakeCluster
 
 

@@ -8,7 +8,6 @@ import pytest
 from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.desired.reserved import ANNOTATION_INVENTORY, TAINT_INVENTORY
 from reconcile.diagnostics import Source
-from reconcile.engine.apply import apply_plan
 from reconcile.engine.facts import (
     BY_FACT,
     Fact,
@@ -17,7 +16,8 @@ from reconcile.engine.facts import (
     shown_value,
     taints_after,
 )
-from reconcile.engine.plan import build_plan
+from reconcile.engine.nodes.apply import apply_plan
+from reconcile.engine.nodes.plan import build_plan
 from tests.fake import FakeCluster
 
 OTHERS = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "t0"}

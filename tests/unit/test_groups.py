@@ -9,9 +9,10 @@ import pytest
 from reconcile.desired.models import DesiredGroup, DesiredNode, DesiredState, LabelSelector
 from reconcile.desired.reserved import LABEL_INVENTORY
 from reconcile.diagnostics import Source
-from reconcile.engine.apply import apply_plan
 from reconcile.engine.groups import UNDECLARED, GroupConflict, node_facts, resolve
-from reconcile.engine.plan import PlanOptions, build_plan
+from reconcile.engine.nodes.apply import apply_plan
+from reconcile.engine.nodes.plan import build_plan
+from reconcile.engine.plan import PlanOptions
 from tests.fake import FakeCluster
 
 

@@ -13,9 +13,9 @@ from reconcile.diagnostics import PlanRefused, ReconcileError, Severity, Source,
 from reconcile.engine import operations
 from reconcile.engine.checks import Projection
 from reconcile.engine.findings import Finding
+from reconcile.engine.objects.inventory import CONFIGMAPS, read_inventory
 from reconcile.engine.operations import ApplyRequest, PlanRequest
 from reconcile.engine.plan import Plan, PlanOptions
-from reconcile.engine.workloads import CONFIGMAPS, read_inventory
 from tests.fake import FakeCluster
 
 

@@ -15,25 +15,15 @@ from reconcile.cli.views import render_apply, render_plan
 from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.diagnostics import PlanRefused, ReconcileError, Severity, Source, StalePlan
 from reconcile.engine import saved
-from reconcile.engine.apply import (
-    ApplyResult,
-    NodeResult,
-    ObjectResult,
-    apply_objects,
-    apply_plan,
-    check_fresh,
-)
 from reconcile.engine.checks import Projection
 from reconcile.engine.diff import Action, NodeChange, fact_drift
 from reconcile.engine.facts import BY_FACT, RULES, Fact
-from reconcile.engine.plan import (
-    INVENTORY_ANNOTATION,
-    ClusterIdentity,
-    ObjectPlan,
-    Plan,
-    PlanOptions,
-    build_plan,
-)
+from reconcile.engine.nodes.apply import apply_plan
+from reconcile.engine.nodes.plan import INVENTORY_ANNOTATION, build_plan
+from reconcile.engine.objects.apply import apply_objects
+from reconcile.engine.plan import ClusterIdentity, ObjectPlan, Plan, PlanOptions
+from reconcile.engine.results import ApplyResult, NodeResult, ObjectResult
+from reconcile.engine.saved import check_fresh
 from reconcile.gpu.checks import GpuPolicy, driver_coverage
 from reconcile.gpu.provenance import label_fights
 from reconcile.kube.objects import LiveNode

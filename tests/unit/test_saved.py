@@ -10,9 +10,9 @@ import pytest
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import PlanRefused, ReconcileError, Source
 from reconcile.engine import saved
-from reconcile.engine.apply import apply_objects
+from reconcile.engine.objects.apply import apply_objects
+from reconcile.engine.objects.plan import plan_objects
 from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan
-from reconcile.engine.workloads import plan_objects
 from tests.fake import CONFIGMAPS, FakeCluster
 
 TREE = "sha256:" + "1" * 64

@@ -9,20 +9,19 @@ import pytest
 
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import EmptyPrune, Source
-from reconcile.engine.apply import apply_objects
-from reconcile.engine.plan import ObjectAction, Plan, PlanOptions
-from reconcile.engine.workloads import (
+from reconcile.engine.objects.apply import apply_objects
+from reconcile.engine.objects.inventory import (
     CONFIGMAPS,
     INVENTORY_KEY,
     INVENTORY_NAME,
     INVENTORY_NAMESPACE,
     MANAGED_BY_LABEL,
-    ObjectPlanning,
-    desired_configs,
     inventory_object,
-    plan_objects,
     read_inventory,
 )
+from reconcile.engine.objects.plan import desired_configs, plan_objects
+from reconcile.engine.objects.targets import ObjectPlanning
+from reconcile.engine.plan import ObjectAction, Plan, PlanOptions
 from tests.fake import NAMESPACES, FakeCluster
 
 

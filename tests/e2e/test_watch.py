@@ -229,7 +229,7 @@ def replace_text(path: Path, text: str) -> None:
     """`path` holds `text` at once: written beside it, then renamed over it."""
     partial = path.with_name(f".{path.name}.partial")
     partial.write_text(text)
-    os.replace(partial, path)
+    partial.replace(path)
 
 
 def test_an_invalid_tree_is_reported_and_the_last_valid_one_stays(
@@ -492,7 +492,11 @@ def test_prune_removes_what_left_the_tree_and_never_everything(
             "\n".join(line for line in node_file.read_text().splitlines() if GPU_COUNT not in line)
         )
         eventually(lambda: GPU_COUNT not in lab.labels("lab-node-1"), "the prune")
-        assert f"lab-node-1 {GPU_COUNT} -" in heard.drift_lines("corrected")
+        # The correction is reported once its PATCH has returned, a moment after the label
+        # is gone from what the cluster serves.
+        eventually(
+            lambda: f"lab-node-1 {GPU_COUNT} -" in heard.drift_lines("corrected"), "the report"
+        )
     before = snapshot(lab)
     # lab-node-1 is the only node whose inventory holds labels: declaring none for it
     # would remove every label reconcile manages

@@ -803,8 +803,10 @@ def test_the_images_wheel_stage_builds_a_working_reconcile(tmp_path: Path) -> No
     wheels = tmp_path / "wheels"
     env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_RECONCILE_GPU": version}
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["--wheel-dir", str(wheels), str(context)],
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"),
+            *("--wheel-dir", str(wheels), str(context)),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -855,8 +857,10 @@ def test_the_images_wheel_stage_builds_a_working_reconcile(tmp_path: Path) -> No
     ).stdout.strip()
     (Path(site) / "dependencies.pth").write_text(here + "\n")
     installed = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps"]
-        + ["--no-index", str(wheel)],
+        [
+            *(sys.executable, "-m", "pip", "--python", str(python), "install"),
+            *("--no-deps", "--no-index", str(wheel)),
+        ],
         capture_output=True,
         text=True,
         check=False,

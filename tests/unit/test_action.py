@@ -31,7 +31,7 @@ def _action() -> dict[str, Any]:
 
 def _step(name: str) -> dict[str, Any]:
     [step] = [s for s in _action()["runs"]["steps"] if name in (s.get("name"), s.get("id"))]
-    return step
+    return dict(step)
 
 
 def _run(step: dict[str, Any], work: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -95,7 +95,10 @@ def test_every_input_the_action_reads_is_declared_and_every_declared_one_is_read
         ("0.1.0", "reconcile-gpu==0.1.0"),
         ("v0.1.0", "reconcile-gpu==0.1.0"),
         ("reconcile-gpu>=0.1,<0.2", "reconcile-gpu>=0.1,<0.2"),
-        ("git+https://github.com/example/reconcile@main", "git+https://github.com/example/reconcile@main"),
+        (
+            "git+https://github.com/example/reconcile@main",
+            "git+https://github.com/example/reconcile@main",
+        ),
     ],
 )
 def test_the_install_step_installs_what_version_says(

@@ -29,7 +29,9 @@ WORKLOADS = {"CronJob", "Deployment"}
 def _kubectl() -> str:
     found = shutil.which("kubectl") or str(Path(sys.executable).parent / "kubectl")
     if not Path(found).exists():
-        pytest.skip("kubectl is not installed: the kustomize base is rendered by `kubectl kustomize`")
+        pytest.skip(
+            "kubectl is not installed: the kustomize base is rendered by `kubectl kustomize`"
+        )
     return found
 
 

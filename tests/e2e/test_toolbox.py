@@ -13,7 +13,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tomllib
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,9 @@ import yaml
 from reconcile.kube.client import Cluster
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.server import RequestRecord
+from tests import packaging
 from tests.conftest import ClusterFactory
+from tests.packaging import exec_form
 from tests.support import REPO, CliResult, TestCluster, lab_objects, run_cli, wait_for
 
 NODE_0 = "desired/nodes/lab-node-0.yaml"
@@ -172,9 +176,15 @@ def test_import_refuses_a_prefix_under_kubernetes_io(
 # --- running in the cluster ---------------------------------------------------------------
 
 
+def _deploy_manifests() -> list[Path]:
+    """The manifests of the kustomize base (deploy/kustomization.yaml is not one)."""
+    kustomization = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())
+    return [REPO / "deploy" / name for name in kustomization["resources"]]
+
+
 def _deploy_objects() -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
-    for path in sorted((REPO / "deploy").glob("*.yaml")):
+    for path in _deploy_manifests():
         found.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return found
 
@@ -184,7 +194,7 @@ def test_deploy_manifests_validate_and_dry_run_on_the_server(
 ) -> None:
     workloads = tmp_path / "desired" / "workloads"
     workloads.mkdir(parents=True)
-    for path in (REPO / "deploy").glob("*.yaml"):
+    for path in _deploy_manifests():
         shutil.copy(path, workloads / path.name)
     assert run_cli("validate", cwd=tmp_path).code == 0
 
@@ -562,9 +572,14 @@ def test_a_token_that_is_due_is_renewed_at_most_once_an_interval(
 # --- the command line ---------------------------------------------------------------------
 
 
-def test_version() -> None:
+def test_version_is_the_installed_distributions() -> None:
+    """The version comes from git tags when the package is built (setuptools-scm), so the
+    command says what the installed distribution is, whatever that is."""
+    import importlib.metadata
+
     result = run_cli("--version")
-    assert (result.code, result.stdout) == (0, "reconcile, version 0.1.0\n")
+    expected = importlib.metadata.version("reconcile-gpu")
+    assert (result.code, result.stdout) == (0, f"reconcile, version {expected}\n")
 
 
 def test_the_command_exits_with_what_it_made_out_of_the_last_collections() -> None:
@@ -766,33 +781,73 @@ def test_pre_commit_hook_runs_validate() -> None:
 
 
 @pytest.mark.slow
-def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
+def test_the_images_wheel_stage_builds_a_working_reconcile(tmp_path: Path) -> None:
+    """The Dockerfile's wheel stage as the release workflow runs it (no container runtime:
+    the Dockerfile is read): its COPY lines make the context, no .git, the version the
+    workflow passes as VERSION (the tag deploy/ runs, without its v). The wheel goes into a
+    fresh virtualenv, where the image's entry point must be the installed command; and the
+    sdist the release publishes must hold everything it lists."""
+    build, final = packaging.dockerfile_stages()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    # the image runs the console script of the wheel its build stage made, as non-root
+    assert exec_form(final.one("ENTRYPOINT")) == ["reconcile"]
+    assert "reconcile" in project["scripts"]
+    assert final.one("RUN").split("&&")[0].split()[-1] == project["name"]
+    assert final.one("USER").split(":")[0] not in ("0", "root")
+    # the version comes in as VERSION, as release.yml passes it, and nowhere else
+    assert build.one("ARG").split("=")[0] == "VERSION"
+    run = build.one("RUN")
+    assert run.startswith('SETUPTOOLS_SCM_PRETEND_VERSION_FOR_RECONCILE_GPU="$VERSION" pip wheel ')
+    image_step = yaml.safe_load((REPO / ".github" / "workflows" / "release.yml").read_text())
+    [pushed] = [
+        s for s in image_step["jobs"]["image"]["steps"] if "build-push-action" in s.get("uses", "")
+    ]
+    assert pushed["with"]["file"] == "deploy/Dockerfile"
+    assert pushed["with"]["build-args"].strip() == "VERSION=${{ steps.version.outputs.version }}"
+    version = packaging.released_tag().removeprefix("v")
+
+    context = packaging.build_context(build, tmp_path / "context")
+    assert not (context / ".git").exists()
+    wheels = tmp_path / "wheels"
+    env = {**os.environ, "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_RECONCILE_GPU": version}
     built = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "build",  # the sdist, then the wheel from the unpacked sdist: both must be whole
-            "--no-isolation",
-            "--outdir",
-            str(dist),
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"),
+            *("--wheel-dir", str(wheels), str(context)),
         ],
-        cwd=REPO,
+        env=env,
         capture_output=True,
         text=True,
         check=False,
     )
     assert built.returncode == 0, built.stderr[-2000:]
-    [wheel] = dist.glob("*.whl")
-    [sdist] = dist.glob("*.tar.gz")
-    assert (
-        wheel.name == "reconcile_gpu-0.1.0-py3-none-any.whl"
-        and sdist.name == "reconcile_gpu-0.1.0.tar.gz"
-    )
+    [wheel] = wheels.glob("*.whl")
+    assert wheel.name == f"reconcile_gpu-{version}-py3-none-any.whl"
 
-    venv = tmp_path / "venv"
-    # A bare environment: the pip of this one installs into it (`--python`), as its own
-    # would, without the five seconds of copying a pip into it first.
+    # the sdist, from this checkout (setuptools-scm lists git's files): every file it lists
+    # is in it and none is a directory or a link, so a wheel builds from it
+    dist = tmp_path / "dist"
+    sdist_built = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(dist)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert sdist_built.returncode == 0, sdist_built.stderr[-2000:]
+    [sdist] = dist.glob("*.tar.gz")
+    assert sdist.name == f"reconcile_gpu-{version}.tar.gz"
+    with tarfile.open(sdist) as archive:
+        members = {m.name.split("/", 1)[1]: m for m in archive.getmembers() if "/" in m.name}
+        [sources] = [m for name, m in members.items() if name.endswith(".egg-info/SOURCES.txt")]
+        listed = archive.extractfile(sources).read().decode().split()  # type: ignore[union-attr]
+    assert [name for name in listed if not (name in members and members[name].isfile())] == []
+    with zipfile.ZipFile(wheel) as archive:
+        packaged = [n for n in archive.namelist() if not n.startswith("reconcile_gpu-")]
+    assert [name for name in packaged if name not in members] == []
+
+    venv = tmp_path / "venv"  # without pip of its own: ensurepip costs seconds; this pip installs
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     # The new environment takes its dependencies from this one; reconcile only from the wheel.
@@ -811,8 +866,8 @@ def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
     (Path(site) / "dependencies.pth").write_text(here + "\n")
     installed = subprocess.run(
         [
-            *(sys.executable, "-m", "pip", "--python", str(python)),
-            *("install", "--no-deps", "--no-index", str(wheel)),
+            *(sys.executable, "-m", "pip", "--python", str(python), "install"),
+            *("--no-deps", "--no-index", str(wheel)),
         ],
         capture_output=True,
         text=True,
@@ -835,9 +890,9 @@ def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
         text=True,
         check=True,
     )
-    location, version, schemas, requirements = probe.stdout.splitlines()
+    location, installed_version, schemas, requirements = probe.stdout.splitlines()
     assert location.startswith(str(venv))
-    assert version == "0.1.0"
+    assert installed_version == version
     assert (
         schemas
         == "['driversupportmatrix.schema.json', 'fleet.schema.json', 'nodefeatures.schema.json', 'nodegroup.schema.json', 'plan.schema.json']"
@@ -845,8 +900,15 @@ def test_the_wheel_installs_a_working_reconcile(tmp_path: Path) -> None:
     assert all(
         name in requirements for name in ("kubernetes", "pydantic", "ruamel.yaml", "deepdiff")
     )
+    # the entry point, as the image runs it: the command on PATH, then its arguments
+    entrypoint = exec_form(final.one("ENTRYPOINT"))
+    command = [str(venv / "bin" / entrypoint[0]), *entrypoint[1:]]
+    said = subprocess.run(
+        [*command, "--version"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert (said.returncode, said.stdout) == (0, f"reconcile, version {version}\n")
     validate = subprocess.run(
-        [str(venv / "bin" / "reconcile"), "validate", "--desired", str(REPO / "desired")],
+        [*command, "validate", "--desired", str(REPO / "desired")],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -1,5 +1,6 @@
 """The GitHub workflows and the deploy manifests agree, and the pull-request check fails on
-what must not merge: its plan step runs here, as bash, against the sandbox."""
+what must not merge: the action's step the plan workflow runs (action.yml) runs here, as
+bash, against the sandbox."""
 
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ PRUNE_FLAGS = ("--prune", "--allow-empty-prune", "--prune-namespace-contents")
 
 
 def _step(workflow: str, name: str) -> dict[str, str]:
+    """The workflow's step `name`, or, when it is the repository's action (`uses: ./`), the
+    action's step that runs reconcile."""
     document = yaml.safe_load((REPO / ".github" / "workflows" / workflow).read_text())
     [job] = document["jobs"].values()
     [step] = [s for s in job["steps"] if s.get("name") == name]
+    if step.get("uses") == "./":
+        action = yaml.safe_load((REPO / "action.yml").read_text())
+        [step] = [s for s in action["runs"]["steps"] if s.get("id") == "run"]
     return dict(step)
 
 
@@ -36,7 +42,7 @@ def test_the_apply_workflow_prunes_as_the_cronjob_and_the_watch_do() -> None:
         c for c in watch["spec"]["template"]["spec"]["containers"] if c["name"] == "reconcile"
     ]
     script = _step("apply.yml", "apply")["run"]
-    [command] = [line for line in script.splitlines() if "reconcile apply" in line]
+    [command] = [line for line in script.splitlines() if "reconcile apply --" in line]
     assert _prune_policy(container["args"]) == _prune_policy(command.split()) == ["--prune"]
     assert _prune_policy(watcher["args"]) == ["--prune"]
 
@@ -55,13 +61,27 @@ def _run_plan_step(work: Path, kubeconfig: Path | None) -> tuple[int, str]:
     env = {
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "HOME": str(work),
+        "COMMAND": "plan",
+        "DESIRED": "desired",
         "KUBECONFIG_DATA": kubeconfig.read_text() if kubeconfig is not None else "",
+        "PLAN_FILE": "",
+        "PLAN_KEY": "",
         "RUNNER_TEMP": str(work),
+        "GITHUB_OUTPUT": str(work / "output"),
         "GITHUB_STEP_SUMMARY": str(work / "summary.md"),
         "NO_COLOR": "1",
     }
-    subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env, check=True, timeout=120)
-    return int((work / "plan.code").read_text()), (work / "comment.md").read_text()
+    (work / "output").write_text("")
+    subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", script],
+        cwd=work,
+        env=env,
+        check=True,
+        timeout=120,
+        stdout=subprocess.DEVNULL,
+    )
+    said = dict(line.split("=", 1) for line in (work / "output").read_text().splitlines())
+    return int(said["exit-code"]), Path(said["report"]).read_text()
 
 
 @pytest.mark.slow

@@ -488,36 +488,9 @@ class JsonView(_Composed):
         self._write(plan.model_dump(mode="json"))
 
     def apply(self, result: ApplyResult) -> None:
-        from reconcile.engine.plan import PLAN_API_VERSION
+        from reconcile.cli.documents import ApplyDocument
 
-        self._write(
-            {
-                "apiVersion": PLAN_API_VERSION,
-                "kind": "ApplyResult",
-                "converged": result.ok,
-                "applied": [
-                    {"node": node, **change.model_dump(mode="json")}
-                    for node, change in result.lines()
-                ],
-                "failed": [{"node": n.name, "error": n.error} for n in result.failed],
-                "objects": [
-                    {
-                        "object": o.id,
-                        "lines": object_lines(o.changed) if o.changed is not None else [],
-                        "error": o.error,
-                        "note": o.note,
-                    }
-                    for o in result.objects
-                ],
-                "notes": [{"node": n.name, "note": n.note} for n in result.nodes if n.note],
-                "rejected": list(result.rejected),
-                "skipped": list(result.skipped),
-                "retries": result.retries,
-                "missingNodes": [m.model_dump(mode="json") for m in result.missingNodes],
-                "absentNodes": [m.model_dump(mode="json") for m in result.absentNodes],
-                "conflicts": sum(n.conflicts for n in result.nodes),
-            }
-        )
+        self._write(ApplyDocument.of(result).model_dump(mode="json"))
 
     def validation(self, diagnostics: Sequence[Diagnostic]) -> None:
         from reconcile.engine.plan import PLAN_API_VERSION

@@ -571,7 +571,7 @@ def test_json_plan_is_the_saved_plan_format() -> None:
     assert Plan.model_validate(json.loads(out.getvalue())) == GOLDEN_PLAN
 
 
-def test_apply_views_match_golden_files() -> None:
+def _golden_apply_result() -> ApplyResult:
     change = NodeChange(
         key="nvidia.com/gpu.count",
         action=Action.UPDATE,
@@ -579,7 +579,7 @@ def test_apply_views_match_golden_files() -> None:
         after="2",
         owner="gpu-feature-discovery",
     )
-    result = ApplyResult(
+    return ApplyResult(
         objects=(
             ObjectResult("Deployment/gpu-drv/trainer", changed=TRAINER_REPLICAS),
             ObjectResult("Pod/nfd-lab/a100-job", error='pods "a100-job" not found'),
@@ -590,6 +590,10 @@ def test_apply_views_match_golden_files() -> None:
         ),
         missingNodes=GOLDEN_PLAN.missingNodes,
     )
+
+
+def test_apply_views_match_golden_files() -> None:
+    result = _golden_apply_result()
     for fmt, name in (
         (Format.TEXT, "apply.txt"),
         (Format.MARKDOWN, "apply.md"),
@@ -600,6 +604,16 @@ def test_apply_views_match_golden_files() -> None:
         _golden(
             name, out.getvalue() + ("---stderr---\n" + err.getvalue() if err.getvalue() else "")
         )
+
+
+def test_the_json_apply_result_is_its_model_dumped_and_reads_back_as_it() -> None:
+    from reconcile.cli.documents import ApplyDocument
+
+    document = ApplyDocument.of(_golden_apply_result())
+    printed = (GOLDEN / "apply.json").read_text()
+
+    assert json.loads(printed) == document.model_dump(mode="json")
+    assert ApplyDocument.model_validate_json(printed) == document
 
 
 GPU_LABELS = {

@@ -1,0 +1,102 @@
+"""The JSON documents the views print that are not the engine's own values, as frozen
+models: each `model_dump(mode="json")` is the document, fields in the order printed.
+
+Imported by the JSON view when it renders one, never at a command's start: pydantic and
+the engine's models are what `sanitize` does not pay for.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from reconcile.cli.output import object_lines
+from reconcile.engine.diff import Action
+from reconcile.engine.facts import Fact
+from reconcile.engine.plan import PLAN_API_VERSION, MissingNode
+
+if TYPE_CHECKING:
+    from reconcile.engine.apply import ApplyResult
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class AppliedChange(_Document):
+    """A node fact apply wrote: the node, then the change as the plan names it."""
+
+    node: str
+    key: str
+    action: Action
+    before: str | None
+    after: str | None
+    owner: str | None
+    fact: Fact
+    source: str | None
+
+
+class FailedNode(_Document):
+    node: str
+    error: str | None
+
+
+class AppliedObject(_Document):
+    """A workload object apply went to: the lines it changed, or why it did not."""
+
+    object: str
+    lines: tuple[str, ...]
+    error: str | None
+    note: str | None
+
+
+class NodeNote(_Document):
+    node: str
+    note: str
+
+
+class ApplyDocument(_Document):
+    """`apply -o json`: whether the cluster converged, what was written, what failed or
+    was refused, and the nodes declared but missing (or absent and allowed to be)."""
+
+    apiVersion: Literal["reconcile.dev/v1alpha1"] = PLAN_API_VERSION
+    kind: Literal["ApplyResult"] = "ApplyResult"
+    converged: bool
+    applied: tuple[AppliedChange, ...]
+    failed: tuple[FailedNode, ...]
+    objects: tuple[AppliedObject, ...]
+    notes: tuple[NodeNote, ...]
+    rejected: tuple[str, ...]
+    skipped: tuple[str, ...]
+    retries: int
+    missingNodes: tuple[MissingNode, ...]
+    absentNodes: tuple[MissingNode, ...]
+    conflicts: int
+
+    @classmethod
+    def of(cls, result: ApplyResult) -> ApplyDocument:
+        """The document of `result`."""
+        return cls(
+            converged=result.ok,
+            applied=tuple(
+                AppliedChange(node=node, **change.model_dump()) for node, change in result.lines()
+            ),
+            failed=tuple(FailedNode(node=n.name, error=n.error) for n in result.failed),
+            objects=tuple(
+                AppliedObject(
+                    object=o.id,
+                    lines=object_lines(o.changed) if o.changed is not None else (),
+                    error=o.error,
+                    note=o.note,
+                )
+                for o in result.objects
+            ),
+            notes=tuple(NodeNote(node=n.name, note=n.note) for n in result.nodes if n.note),
+            rejected=result.rejected,
+            skipped=result.skipped,
+            retries=result.retries,
+            missingNodes=result.missingNodes,
+            absentNodes=result.absentNodes,
+            conflicts=sum(n.conflicts for n in result.nodes),
+        )

@@ -493,19 +493,9 @@ class JsonView(_Composed):
         self._write(ApplyDocument.of(result).model_dump(mode="json"))
 
     def validation(self, diagnostics: Sequence[Diagnostic]) -> None:
-        from reconcile.engine.plan import PLAN_API_VERSION
+        from reconcile.cli.documents import ValidationDocument
 
-        errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
-        self._write(
-            {
-                "apiVersion": PLAN_API_VERSION,
-                "kind": "ValidationResult",
-                "valid": errors == 0,
-                "errors": errors,
-                "warnings": len(diagnostics) - errors,
-                "diagnostics": [diagnostic_json(d) for d in diagnostics],
-            }
-        )
+        self._write(ValidationDocument.of(diagnostics).model_dump(mode="json"))
 
     def audit(self, findings: Sequence[AuditFinding]) -> None:
         self._findings([{"node": f.node, "key": f.key, "reason": f.reason} for f in findings])
@@ -527,17 +517,9 @@ class JsonView(_Composed):
         self._write([{"node": t.node, "tag": t.tag} for t in tags if t.tag is not None])
 
     def report(self, report: Report) -> None:
-        self._write(
-            {
-                "nodes": len(report.nodes),
-                "skew": report.skew,
-                "matrixRows": report.matrix_rows,
-                "gpuNodes": [
-                    {"name": n.name, "tag": n.tag, "upgradeState": n.upgrade_state}
-                    for n in report.nodes
-                ],
-            }
-        )
+        from reconcile.cli.documents import ReportDocument
+
+        self._write(ReportDocument.of(report).model_dump(mode="json"))
 
     def placement(self, results: Sequence[Placement]) -> None:
         self._write(
@@ -572,18 +554,6 @@ class JsonView(_Composed):
 
     def sanitized(self, results: Sequence[tuple[str, str]]) -> None:
         self._write([{"input": v, "value": s or None} for v, s in results])
-
-
-def diagnostic_json(diagnostic: Diagnostic) -> dict[str, Any]:
-    source = diagnostic.source
-    return {
-        "severity": str(diagnostic.severity),
-        "summary": diagnostic.summary,
-        "detail": diagnostic.detail,
-        "file": source.file if source else None,
-        "line": source.line if source else None,
-        "column": source.column if source else None,
-    }
 
 
 # --- markdown ------------------------------------------------------------------------------

@@ -311,19 +311,22 @@ def upgrade(
     request = rollouts.DriverUpgrade(
         version, nodes, selector, pacing, document=output is Format.JSON, **options
     ).checked()
-    view = _UpgradeView(output, dry_run=request.dry_run)
+    from reconcile.cli.views import view_for
+
+    view = _UpgradeView(view_for(output), dry_run=request.dry_run)
     result = rollouts.upgrade(session, request, view)
     view.render(result)
     return view.exit_code(result)
 
 
 class _UpgradeView:
-    """`upgrade`'s output. One node: each step as it happens. A pool: its batches (text),
-    `<node> <state>` per state change (text) under a progress line on a terminal, then
-    its Rollout document (json). Then desired/'s notes, and the exit code."""
+    """`upgrade`'s output. One node: each step as it happens. A pool: what `view` shows
+    of it (text: its batches, `<node> <state>` per state change under a progress line on
+    a terminal; json: its Rollout document at the end). Then desired/'s notes, and the
+    exit code."""
 
-    def __init__(self, output: Format, *, dry_run: bool) -> None:
-        self.output = output
+    def __init__(self, view: View, *, dry_run: bool) -> None:
+        self.view = view
         self.marker = " (dry run)" if dry_run else ""
         self.progress = Phases()
 
@@ -335,35 +338,21 @@ class _UpgradeView:
         stdout().flush()
 
     def planned(self, rollout: RolloutDocument) -> None:
-        if self.output is not Format.TEXT:
-            return
-        lines = [f"{node} done (already on {rollout.driver})" for node in rollout.alreadyDone]
-        lines += [
-            f"batch {number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}"
-            for number, b in enumerate(rollout.batches, 1)
-        ]
-        stdout().write("".join(line + self.marker + "\n" for line in lines))
-        stdout().flush()
+        self.view.rollout_planned(rollout, self.marker)
 
     def detail(self, step: Step) -> None:
         log.debug("%s", upgrade_line(step))
 
     def moved(self, node: str, state: str, done: int, started: int) -> None:
-        if self.output is Format.TEXT:
-            self.progress.done()
-            stdout().write(f"{node} {state}\n")
-            stdout().flush()
+        self.view.rollout_moved(node, state, clear=self.progress.done)
         self.progress(f"rollout: {done} done, {started} started")
 
     def render(self, result: NodeUpgraded | RolledOut) -> None:
-        from reconcile.cli.views import write_json
-
         if isinstance(result, NodeUpgraded):
             return
         if result.outcome is not None:
             self.progress.done()
-        if self.output is Format.JSON:
-            write_json(result.document.model_dump(mode="json"), stdout())
+        self.view.rollout(result.document)
         for line in result.desired.written:
             log.info("%s: commit it", line)
         for line in result.desired.left_alone:

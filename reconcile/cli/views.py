@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from reconcile.engine.rbac import RbacObject
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report, Tag
+    from reconcile.gpu.rollout import RolloutDocument
 
 T = TypeVar("T")
 
@@ -174,6 +175,20 @@ class View:
     def sanitized(self, results: Sequence[tuple[str, str]]) -> None:
         """The (input, label value) pairs; a value "" could not be made."""
         raise self._unrendered("sanitized values")
+
+    def rollout_planned(self, rollout: RolloutDocument, marker: str) -> None:
+        """A pool's rollout before it starts: the nodes already done, then each batch
+        (each line ending with `marker`)."""
+        raise self._unrendered("a rollout")
+
+    def rollout_moved(self, node: str, state: str, *, clear: Callable[[], None]) -> None:
+        """A node of a pool moved to `state`; `clear` clears the terminal's progress line
+        before anything is written."""
+        raise self._unrendered("a rollout")
+
+    def rollout(self, document: RolloutDocument) -> None:
+        """A pool's rollout when it ends."""
+        raise self._unrendered("a rollout")
 
 
 # --- text ----------------------------------------------------------------------------------
@@ -297,6 +312,23 @@ class TextView(View):
 
     def sanitized(self, results: Sequence[tuple[str, str]]) -> None:
         self.out.writelines(value + "\n" for _, value in results if value)
+
+    def rollout_planned(self, rollout: RolloutDocument, marker: str) -> None:
+        lines = [f"{node} done (already on {rollout.driver})" for node in rollout.alreadyDone]
+        lines += [
+            f"batch {number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}"
+            for number, b in enumerate(rollout.batches, 1)
+        ]
+        self.out.write("".join(line + marker + "\n" for line in lines))
+        self.out.flush()
+
+    def rollout_moved(self, node: str, state: str, *, clear: Callable[[], None]) -> None:
+        clear()
+        self.out.write(f"{node} {state}\n")
+        self.out.flush()
+
+    def rollout(self, document: RolloutDocument) -> None:
+        """Nothing: each node's state was shown as it moved."""
 
 
 def _coverage_line(coverage: Coverage) -> str:
@@ -554,6 +586,15 @@ class JsonView(_Composed):
 
     def sanitized(self, results: Sequence[tuple[str, str]]) -> None:
         self._write([{"input": v, "value": s or None} for v, s in results])
+
+    def rollout_planned(self, rollout: RolloutDocument, marker: str) -> None:
+        """Nothing: the document at the end holds the batches."""
+
+    def rollout_moved(self, node: str, state: str, *, clear: Callable[[], None]) -> None:
+        """Nothing: the document at the end holds each node's state."""
+
+    def rollout(self, document: RolloutDocument) -> None:
+        self._write(document.model_dump(mode="json"))
 
 
 # --- markdown ------------------------------------------------------------------------------

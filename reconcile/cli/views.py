@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from reconcile.engine.fleet import Outcome
     from reconcile.engine.imports import FileChange
     from reconcile.engine.placement import Placement
-    from reconcile.engine.plan import MissingNode, Plan
+    from reconcile.engine.plan import MissingNode, ObjectPlan, Plan
     from reconcile.engine.rbac import RbacObject
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report, Tag
@@ -189,6 +189,16 @@ class View:
     def rollout(self, document: RolloutDocument) -> None:
         """A pool's rollout when it ends."""
         raise self._unrendered("a rollout")
+
+    def watched_nodes(
+        self, when: str, event: str, node: str, changes: Sequence[NodeChange]
+    ) -> None:
+        """A watch's `event` (drift, corrected) on a node's facts at `when`, flushed."""
+        raise self._unrendered("a watch")
+
+    def watched_objects(self, when: str, event: str, objects: Sequence[ObjectPlan]) -> None:
+        """A watch's `event` (drift, corrected) on workload objects at `when`, flushed."""
+        raise self._unrendered("a watch")
 
 
 # --- text ----------------------------------------------------------------------------------
@@ -329,6 +339,18 @@ class TextView(View):
 
     def rollout(self, document: RolloutDocument) -> None:
         """Nothing: each node's state was shown as it moved."""
+
+    def watched_nodes(
+        self, when: str, event: str, node: str, changes: Sequence[NodeChange]
+    ) -> None:
+        self._watched(when, [node_line(node, c) for c in changes])
+
+    def watched_objects(self, when: str, event: str, objects: Sequence[ObjectPlan]) -> None:
+        self._watched(when, [line for obj in objects for line in object_lines(obj)])
+
+    def _watched(self, when: str, lines: Sequence[str]) -> None:
+        self.out.writelines(f"{when} {line}\n" for line in lines)
+        self.out.flush()
 
 
 def _coverage_line(coverage: Coverage) -> str:
@@ -595,6 +617,36 @@ class JsonView(_Composed):
 
     def rollout(self, document: RolloutDocument) -> None:
         self._write(document.model_dump(mode="json"))
+
+    def watched_nodes(
+        self, when: str, event: str, node: str, changes: Sequence[NodeChange]
+    ) -> None:
+        """One JSON line per change (JSON Lines, keys sorted)."""
+        self._watched(
+            when,
+            [{"event": event, "node": node, **c.model_dump(mode="json")} for c in changes],
+        )
+
+    def watched_objects(self, when: str, event: str, objects: Sequence[ObjectPlan]) -> None:
+        """One JSON line per object (JSON Lines, keys sorted)."""
+        self._watched(
+            when,
+            [
+                {
+                    "event": event,
+                    "object": obj.id,
+                    "action": obj.action,
+                    "changes": [c.model_dump(mode="json") for c in obj.changes],
+                }
+                for obj in objects
+            ],
+        )
+
+    def _watched(self, when: str, records: Sequence[dict[str, Any]]) -> None:
+        self.out.writelines(
+            json.dumps({"time": when, **record}, sort_keys=True) + "\n" for record in records
+        )
+        self.out.flush()
 
 
 # --- markdown ------------------------------------------------------------------------------

@@ -31,6 +31,16 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.dist = "worksteal"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked `slow` run first, in their order, then the rest in theirs.
+
+    Under `-n` each worker starts on a queue of its own, and an idle worker steals half of
+    another's; a test already running cannot be stolen. Started first, the few tests that
+    take seconds (a build, processes, real waits) overlap the many quick ones instead of
+    leaving one worker to finish them alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture
 def make_cluster(tmp_path: Path) -> Iterator[ClusterFactory]:
     """Start a cluster holding the given objects; stopped (or cleaned) after the test."""

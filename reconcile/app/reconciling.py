@@ -22,10 +22,10 @@ from reconcile.app.targets import load_one, load_targets
 from reconcile.diagnostics import ReconcileError
 from reconcile.engine import fleet as fleets
 from reconcile.engine import operations, saved
-from reconcile.engine.apply import ApplyResult
 from reconcile.engine.fleet import FleetPlan, Outcome, WaveRun
 from reconcile.engine.operations import ApplyRequest, PlanRequest, SavedPlan
 from reconcile.engine.plan import Plan
+from reconcile.engine.results import ApplyResult
 from reconcile.gpu import checks as gpu
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ def _request(
         )
         request = ApplyRequest(verified, desired=opened.desired, saved=True, configs=opened.configs)
     else:
-        from reconcile.engine.workloads import desired_configs
+        from reconcile.engine.objects.plan import desired_configs
 
         request = ApplyRequest(
             _plan(cluster, planning, target.state, steps),

@@ -45,7 +45,8 @@ def load_tree(session: Session, *, coverage_check: bool) -> Loaded:
     fleet (each problem once). `coverage_check` adds the support-matrix check that
     `plan` makes against the cluster instead."""
     from reconcile.desired import fleet as fleets
-    from reconcile.engine import placement, workloads
+    from reconcile.engine import placement
+    from reconcile.engine.objects import plan as object_plan
     from reconcile.gpu import drivers
 
     fleet, state, problems = fleets.load(session.desired)
@@ -56,7 +57,7 @@ def load_tree(session: Session, *, coverage_check: bool) -> Loaded:
             for problem in (
                 *drivers.desired_diagnostics(tree, coverage_check=coverage_check),
                 *placement.desired_diagnostics(tree),
-                *workloads.desired_diagnostics(tree),
+                *object_plan.desired_diagnostics(tree),
             )
         ]
         problems = sorted(dict.fromkeys([*problems, *found]), key=diag.sort_key)

@@ -238,9 +238,9 @@ class _Main(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         configure_logging(verbose=0, quiet=False)  # set again by the command's -v/-q
-        # The cyclic collector less often, as mypy tunes it: a plan of 10,000 nodes makes
+        # The cyclic collector less often, as mypy tunes it: a plan at fleet scale makes
         # millions of objects (labels, nodes, files) and almost no cycles, and at the
-        # default threshold (700) collecting costs a third of its CPU time.
+        # default threshold (700) collecting is a large share of its CPU time.
         gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
         try:
             code = super().invoke(ctx)
@@ -292,7 +292,7 @@ def main() -> None:
 def run() -> None:
     """The `reconcile` command and `python -m reconcile`: `main`, then, as the process
     ends, what is still alive kept out of the interpreter's last collections. They would
-    walk every object a command made (a plan of 10,000 nodes: some 50 ms) and find no
+    walk every object a command made (README: fleet-scale figures) and find no
     cycle worth freeing in a process about to exit; atexit handlers still run (the
     client's temporary certificate files are removed)."""
     try:

@@ -19,7 +19,7 @@ from reconcile.engine.facts import Fact
 from reconcile.engine.plan import PLAN_API_VERSION, MissingNode
 
 if TYPE_CHECKING:
-    from reconcile.engine.apply import ApplyResult
+    from reconcile.engine.results import ApplyResult
     from reconcile.gpu.operations import Report
 
 

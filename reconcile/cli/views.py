@@ -45,13 +45,13 @@ if TYPE_CHECKING:
     from typing import Self
 
     from reconcile.app.reconciling import FleetPlanned
-    from reconcile.engine.apply import ApplyResult
     from reconcile.engine.diff import FieldChange, NodeChange
     from reconcile.engine.fleet import Outcome
     from reconcile.engine.imports import FileChange
     from reconcile.engine.placement import Placement
     from reconcile.engine.plan import MissingNode, ObjectPlan, Plan
     from reconcile.engine.rbac import RbacObject
+    from reconcile.engine.results import ApplyResult
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report, Tag
     from reconcile.gpu.rollout import RolloutDocument

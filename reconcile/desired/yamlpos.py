@@ -1,8 +1,8 @@
 """YAML as plain data that keeps every value's file:line:col, with each problem found
 as a diagnostic.
 
-YAML is composed with libyaml (through PyYAML's C composer, some thirty times faster than
-a pure-Python parser) and turned into plain data here, by hand, so that each value keeps
+YAML is composed with libyaml (through PyYAML's C composer, far faster than a pure-Python
+parser) and turned into plain data here, by hand, so that each value keeps
 its file:line:col, every duplicate key is seen (not just the first), and aliases never
 expand. Scalars resolve as YAML 1.1, as kubectl reads manifests: an unquoted `yes` is a
 boolean to both.

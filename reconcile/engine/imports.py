@@ -13,18 +13,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from reconcile.desired.models import DesiredGroup, DesiredState
 from reconcile.desired.writer import new_group_file, new_node_file, read_text, render_labels
 from reconcile.diagnostics import ReconcileError
 from reconcile.files import write_inside
 from reconcile.kube import labels
+from reconcile.kube.api import NodeApi
 from reconcile.kube.objects import LiveNode
-
-
-class NodeReader(Protocol):
-    def list_nodes(self, *, label_selector: str | None = None) -> list[LiveNode]: ...
 
 
 @dataclass(frozen=True)
@@ -60,7 +56,7 @@ def refused_prefix(prefix: str) -> str | None:
     return None
 
 
-def plan_import(request: ImportRequest, cluster: NodeReader) -> list[FileChange]:
+def plan_import(request: ImportRequest, cluster: NodeApi) -> list[FileChange]:
     """The files import would write, in node order; nothing is written."""
     nodes = sorted(cluster.list_nodes(label_selector=request.selector), key=lambda n: n.name)
     imported = {node.name: _kept(node, request) for node in nodes}

@@ -17,10 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from reconcile.diagnostics import Conflict, NotFound, ReconcileError
 from reconcile.engine.grants import Rule, Scope
+from reconcile.kube.api import NodeApi
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +50,6 @@ class NoLeaseNamespace(ReconcileError):
     """The Lease's namespace does not exist: no replica can ever hold it."""
 
 
-class LeaseClient(Protocol):
-    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-
-    def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
-    def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
-
 def micro_time(when: datetime | None = None) -> str:
     """A metav1.MicroTime: RFC 3339 with microseconds, in UTC."""
     return (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -65,7 +58,7 @@ def micro_time(when: datetime | None = None) -> str:
 class LeaderElector:
     def __init__(
         self,
-        cluster: LeaseClient,
+        cluster: NodeApi,
         namespace: str,
         name: str,
         identity: str,

@@ -20,35 +20,31 @@ itself knows nothing of GPUs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import ReconcileError
 from reconcile.engine import budget, placement, saved
-from reconcile.engine.apply import (
-    ApplyResult,
-    apply_objects,
-    apply_plan,
-    check_fresh,
-    check_manifests,
-    check_objects_fresh,
-    preflight_objects,
-)
 from reconcile.engine.checks import Check, Projection, run_checks
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
 from reconcile.engine.grants import Rule
-from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions, build_plan
-from reconcile.engine.workloads import ObjectCluster, desired_configs, plan_objects
+from reconcile.engine.nodes.apply import apply_plan
+from reconcile.engine.nodes.plan import build_plan
+from reconcile.engine.objects.apply import apply_objects, preflight_objects
+from reconcile.engine.objects.plan import desired_configs, plan_objects
+from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions
+from reconcile.engine.results import ApplyResult
+from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 
 # Read to identify the cluster: the UID of kube-system is fixed for a cluster's lifetime.
 IDENTITY_NAMESPACE: Final = "kube-system"
-# What plan and apply ask of the API server, whatever desired/ holds (workloads.py and
-# placement.py declare what they add).
+# What plan and apply ask of the API server, whatever desired/ holds (objects/inventory.py
+# and placement.py declare what they add).
 RBAC: Final = (
     Rule(
         "",
@@ -69,22 +65,15 @@ RBAC: Final = (
 ENGINE_CHECKS: tuple[Check, ...] = (placement.impact_check, budget.annotation_budget_check)
 
 
-class PlanCluster(ObjectCluster, Protocol):
-    """What planning and applying need from the cluster (kube.client.Cluster has it)."""
+class PlanCluster(NodeApi, ObjectApi, Protocol):
+    """What planning and applying need from the cluster (kube.client.Cluster has it):
+    nodes and objects, which cluster it is, and how many requests it tried again."""
 
     retries: int
 
-    def identity(self) -> tuple[str, str]: ...
-
-    def list_nodes(self) -> list[LiveNode]: ...
-
-    def get_node(self, name: str) -> LiveNode: ...
-
-    def patch_node(self, name: str, patch: dict[str, object]) -> LiveNode: ...
-
-    def list_all(self, path: str, **query: Any) -> Iterator[dict[str, Any]]: ...
-
-    def pods_on_nodes(self, nodes: Sequence[str]) -> list[dict[str, Any]]: ...
+    def identity(self) -> tuple[str, str]:
+        """(API server URL, UID of the kube-system namespace)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -171,7 +160,7 @@ def open_saved(plan: Plan, desired: DesiredState | None, *, key: bytes | None = 
             "none here: nothing was applied. Apply it from that checkout (--desired DIR)"
         )
     configs = desired_configs(desired)
-    check_manifests(plan, configs)
+    saved.check_manifests(plan, configs)
     return SavedPlan(plan, desired, configs)
 
 
@@ -196,8 +185,8 @@ def verify_saved(
         request.options,
     )
     live = cluster.list_nodes()
-    check_fresh(opened.plan, live)
-    check_objects_fresh(opened.plan, cluster)
+    saved.check_fresh(opened.plan, live)
+    saved.check_objects_fresh(opened.plan, cluster)
     replanned = plan(
         dataclasses.replace(request, desired=desired),
         cluster,

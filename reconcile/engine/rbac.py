@@ -1,11 +1,11 @@
 """The RBAC reconcile needs for one desired/ tree, and nothing more (`reconcile rbac`).
 
 Each operation declares the rules it needs beside its calls (`RBAC` in operations.py,
-placement.py, workloads.py, watch.py, leader.py; a domain package brings its own) and
-they are merged here (grants.merged); what desired/ declares adds the rest: the
+placement.py, objects/inventory.py, watch.py, leader.py; a domain package brings its
+own) and they are merged here (grants.merged); what desired/ declares adds the rest: the
 namespaces it puts objects in without creating them, one Role per namespace for the
 namespaced kinds it declares there, and for cluster-scoped kinds a ClusterRole rule per
-kind, with the declared names wherever a verb can be limited by name. kube/client.py
+kind, with the declared names wherever a verb can be limited by name. kube/client/
 makes every request; a test drives every command against the sandbox and checks each
 request against these rules, and each rule against the requests.
 
@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from reconcile.desired.models import DesiredState
-from reconcile.engine import leader, operations, placement, watch, workloads
+from reconcile.engine import leader, operations, placement, watch
 from reconcile.engine.grants import Rule, Scope, merged
+from reconcile.engine.objects import inventory
 from reconcile.kube.kinds import BUILTIN_NAMESPACED, plural
 
 RBAC_API: Final = "rbac.authorization.k8s.io/v1"
@@ -64,7 +65,7 @@ def declared_rules(also: Sequence[Rule] = ()) -> list[Rule]:
     (nodes, the cluster's identity, placement), `also`, the inventory's, then `watch`'s
     and its Lease's."""
     return merged(
-        (*operations.RBAC, *placement.RBAC, *also, *workloads.RBAC, *watch.RBAC, *leader.RBAC)
+        (*operations.RBAC, *placement.RBAC, *also, *inventory.RBAC, *watch.RBAC, *leader.RBAC)
     )
 
 

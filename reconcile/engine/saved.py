@@ -21,22 +21,26 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from pydantic import ValidationError
 
 from reconcile import files
-from reconcile.diagnostics import PlanRefused, ReconcileError
+from reconcile.diagnostics import PlanRefused, ReconcileError, StalePlan
 from reconcile.engine.plan import (
     ClusterIdentity,
     NodePlan,
+    ObjectAction,
     ObjectPlan,
     Plan,
     PlanOptions,
     SavedPlan,
 )
+from reconcile.kube import sensitive
+from reconcile.kube.api import ObjectApi
+from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 
 SIGNATURE_PREFIX: Final = "hmac-sha256:"
@@ -145,6 +149,67 @@ def check_origin(
                 "a saved plan is applied with the options it was planned with, so a plan file "
                 "alone never grants one. Nothing was applied"
             )
+
+
+def check_fresh(plan: Plan, live: Iterable[LiveNode]) -> None:
+    """Raise StalePlan when any planned node changed since the plan was made, unless it
+    already carries exactly the planned changes (a plan applied once already, or the same
+    change made by another writer): applying it again then writes nothing."""
+    nodes = {node.name: node for node in live}
+
+    def moved(node_plan: NodePlan) -> str | None:
+        now = nodes.get(node_plan.name)
+        if now is None:
+            return _moved(node_plan.name, node_plan.resourceVersion, None)
+        if not node_plan.converged(now):  # nothing of it missing: in place already
+            return None
+        return _moved(node_plan.name, node_plan.resourceVersion, now.resource_version)
+
+    _refuse_moved([moved(node_plan) for node_plan in plan.nodes])
+
+
+def _moved(subject: str, planned: str | None, now: str | None) -> str | None:
+    """How `subject` moved since the plan, or None when it did not."""
+    if now == planned:
+        return None
+    shown = "deleted" if now is None else f"resourceVersion {planned} -> {now}"
+    return f"{subject} ({shown})"
+
+
+def _refuse_moved(moved: Iterable[str | None]) -> None:
+    if found := [m for m in moved if m]:
+        raise StalePlan(
+            "plan is stale: " + ", ".join(found) + " changed since the plan was made; "
+            "nothing was applied. Run `reconcile plan` again."
+        )
+
+
+def check_objects_fresh(plan: Plan, cluster: ObjectApi) -> None:
+    """Raise StalePlan when an object of a saved plan changed (or appeared) since."""
+    moved: list[str | None] = []
+    for obj in plan.objects:
+        live = cluster.get_object(obj.resource, obj.namespace, obj.name)
+        now = str(live["metadata"].get("resourceVersion")) if live is not None else None
+        if obj.action is ObjectAction.CREATE:
+            moved.append(None if now is None else f"{obj.id} (created by someone else since)")
+        else:
+            moved.append(_moved(obj.id, obj.resourceVersion, now))
+    _refuse_moved(moved)
+
+
+def check_manifests(plan: Plan, configs: Mapping[ObjectId, dict[str, Any]]) -> None:
+    """Raise StalePlan when an object the plan holds only by digest (a Secret) is no
+    longer declared in desired/ exactly as planned: its configuration comes from there."""
+    moved: list[str | None] = []
+    for obj in plan.objects:
+        if obj.manifestDigest is None:
+            continue
+        config = configs.get(obj.identity)
+        if config is None:
+            moved.append(f"{obj.id} (no longer in desired/)")
+        elif sensitive.manifest_digest(config) != obj.manifestDigest:
+            moved.append(f"{obj.id} (changed in desired/)")
+    _refuse_moved(moved)
 
 
 def differences(saved: Plan, replanned: Plan, live: Sequence[LiveNode]) -> Iterator[str]:

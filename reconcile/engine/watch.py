@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -40,7 +40,6 @@ from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Diagnostic, EmptyPrune, ReconcileError
 from reconcile.engine import operations, placement
-from reconcile.engine.apply import NodeResult, apply_node, apply_objects
 from reconcile.engine.checks import Check
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact, shown_value, taints_after
@@ -48,8 +47,12 @@ from reconcile.engine.findings import NodePolicy, blocking
 from reconcile.engine.grants import Rule
 from reconcile.engine.groups import node_facts
 from reconcile.engine.leader import micro_time
-from reconcile.engine.plan import NodePlan, ObjectPlan, Plan, plan_node
-from reconcile.engine.workloads import desired_configs
+from reconcile.engine.nodes.apply import apply_node
+from reconcile.engine.nodes.plan import plan_node
+from reconcile.engine.objects.apply import apply_objects
+from reconcile.engine.objects.plan import desired_configs
+from reconcile.engine.plan import NodePlan, ObjectPlan, Plan
+from reconcile.engine.results import NodeResult
 from reconcile.kube.objects import FIELD_MANAGER, LiveNode, NodeEvent
 
 log = logging.getLogger(__name__)
@@ -71,18 +74,6 @@ RBAC: Final = (
 
 # Largest Event note the API server accepts (events.k8s.io/v1: 1 KiB).
 NOTE_LIMIT = 1024
-
-
-class WatchCluster(operations.PlanCluster, Protocol):
-    """What watching needs beyond planning and applying."""
-
-    def list_nodes_at(self) -> tuple[list[LiveNode], str]: ...
-
-    def watch_nodes(
-        self, resource_version: str, *, timeout_seconds: int = 300
-    ) -> Iterator[NodeEvent]: ...
-
-    def create_event(self, namespace: str, body: dict[str, Any]) -> None: ...
 
 
 class Trees(Protocol):
@@ -228,7 +219,7 @@ class Watcher:
     def __init__(
         self,
         request: WatchRequest,
-        cluster: WatchCluster,
+        cluster: operations.PlanCluster,
         trees: Trees,
         *,
         policy_for: Callable[[DesiredState], NodePolicy],

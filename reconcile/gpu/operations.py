@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.desired.writer import write_labels
@@ -16,17 +16,17 @@ from reconcile.diagnostics import ReconcileError
 from reconcile.engine.grants import Rule
 from reconcile.gpu import drivers
 from reconcile.gpu.drivers import AuditFinding, Coverage
-from reconcile.gpu.rollout import Rollout, RolloutCluster, RolloutPlan, RolloutRequest
+from reconcile.gpu.rollout import Rollout, RolloutPlan, RolloutRequest
 from reconcile.gpu.upgrade import RBAC as UPGRADE_RBAC
 from reconcile.gpu.upgrade import (
     Declared,
     PodToEvict,
     Step,
     Upgrade,
-    UpgradeCluster,
     UpgradeFailed,
     at_target,
 )
+from reconcile.kube.api import NodeApi
 from reconcile.kube.objects import LiveNode
 
 # What the GPU commands ask of the API server beyond the engine's operations (audit and a
@@ -37,17 +37,11 @@ RBAC: Final = (
 )
 
 
-class NodeReader(Protocol):
-    def list_nodes(self, *, label_selector: str | None = None) -> list[LiveNode]: ...
-
-    def get_node(self, name: str) -> LiveNode: ...
-
-
-def _gpu_nodes(cluster: NodeReader) -> list[LiveNode]:
+def _gpu_nodes(cluster: NodeApi) -> list[LiveNode]:
     return sorted(cluster.list_nodes(label_selector=drivers.GPU_NODES), key=lambda n: n.name)
 
 
-def audit(cluster: NodeReader) -> list[AuditFinding]:
+def audit(cluster: NodeApi) -> list[AuditFinding]:
     """The GPU label conventions on every live GPU node (nvidia.com/gpu.present=true)."""
     return drivers.audit((n.name, n.labels) for n in _gpu_nodes(cluster))
 
@@ -59,7 +53,7 @@ class Tag:
     problem: str | None = None  # why the tag cannot be built (a part is missing or empty)
 
 
-def tags(cluster: NodeReader, node: str | None = None) -> list[Tag]:
+def tags(cluster: NodeApi, node: str | None = None) -> list[Tag]:
     """The precompiled driver image tag of `node`, or of every GPU node."""
     nodes = [cluster.get_node(node)] if node else _gpu_nodes(cluster)
     found = []
@@ -71,7 +65,7 @@ def tags(cluster: NodeReader, node: str | None = None) -> list[Tag]:
     return found
 
 
-def image_audit(state: DesiredState, cluster: NodeReader) -> list[Coverage]:
+def image_audit(state: DesiredState, cluster: NodeApi) -> list[Coverage]:
     """Every live GPU node's image against the support matrix desired/ declares."""
     if not state.matrix:
         raise ReconcileError(
@@ -97,7 +91,7 @@ class Report:
     matrix_rows: int
 
 
-def report(state: DesiredState, cluster: NodeReader) -> Report:
+def report(state: DesiredState, cluster: NodeApi) -> Report:
     nodes = _gpu_nodes(cluster)
     coverage = {
         c.node: c for c in drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)
@@ -152,7 +146,7 @@ class UpgradeInterrupted(ReconcileError):
 
 def upgrade(
     request: UpgradeRequest,
-    cluster: UpgradeCluster,
+    cluster: NodeApi,
     emit: Callable[[Step], None],
     note: Callable[[str], None],
 ) -> None:
@@ -252,7 +246,7 @@ def _desired_note(
 
 def rollout_plan(
     request: RolloutRequest,
-    cluster: RolloutCluster,
+    cluster: NodeApi,
     emit: Callable[[Step], None],
     note: Callable[[str], None],
 ) -> tuple[Rollout, RolloutPlan]:

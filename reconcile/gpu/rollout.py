@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,7 +43,6 @@ from reconcile.gpu.upgrade import (
     PodToEvict,
     Step,
     Upgrade,
-    UpgradeCluster,
     UpgradeFailed,
     UpgradeRefused,
     at_target,
@@ -51,16 +50,13 @@ from reconcile.gpu.upgrade import (
     budget_waits,
     pods_to_evict,
 )
+from reconcile.kube.api import NodeApi
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.selector import SelectorError
 from reconcile.kube.selector import parse as parse_selector
 
 WAIT_POLL_SECONDS = 2.0
 BUDGET_POLL_SECONDS = 1.0
-
-
-class RolloutCluster(UpgradeCluster, Protocol):
-    def list_nodes(self, *, label_selector: str | None = None) -> list[LiveNode]: ...
 
 
 @dataclass(frozen=True)
@@ -225,7 +221,7 @@ class Rollout:
     def __init__(
         self,
         request: RolloutRequest,
-        cluster: RolloutCluster,
+        cluster: NodeApi,
         *,
         emit: Callable[[Step], None],
         note: Callable[[str], None],

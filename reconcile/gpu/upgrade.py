@@ -13,12 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, NoReturn, Protocol
+from typing import Any, Final, NamedTuple, NoReturn
 
 from reconcile.desired.reserved import UPGRADE_TARGET, UPGRADE_WAS_CORDONED
 from reconcile.diagnostics import ApiError, NotFound, ReconcileError, TooManyRequests
 from reconcile.engine.grants import Rule
 from reconcile.gpu import drivers
+from reconcile.kube.api import NodeApi
 from reconcile.kube.kinds import workload_id
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.selector import SelectorError, from_label_selector
@@ -72,20 +73,6 @@ RBAC: Final = (
         why="upgrade checks the budgets of the pods a drain would evict",
     ),
 )
-
-
-class UpgradeCluster(Protocol):
-    def get_node(self, name: str) -> LiveNode: ...
-
-    def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode: ...
-
-    def pods_on(self, node: str) -> list[dict[str, Any]]: ...
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None: ...
-
-    def budgets(self, namespace: str) -> list[dict[str, Any]]: ...
-
-    def evict(self, namespace: str, name: str) -> None: ...
 
 
 class Step(NamedTuple):
@@ -340,7 +327,7 @@ def at_target(live: LiveNode, version: str) -> bool:
 class Upgrade:
     """One node's driver upgrade. `emit` receives each step as it happens."""
 
-    cluster: UpgradeCluster
+    cluster: NodeApi
     node: str
     version: str
     matrix: frozenset[str]

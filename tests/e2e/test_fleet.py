@@ -422,6 +422,7 @@ def test_one_cluster_commands_need_cluster_in_a_fleet(fleet: Any) -> None:
     assert {name: snapshot(c) for name, c in clusters.items()} == before
 
 
+@pytest.mark.slow
 def test_the_readmes_fleet_example_runs_as_written(tmp_path: Path) -> None:
     import re
     import subprocess

@@ -81,7 +81,8 @@ def kubeconfig_for(server: str, directory: Path, contexts: tuple[str, ...] = ("c
 def test_a_slow_server_is_named_with_the_request_and_the_option(
     silent_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("reconcile.kube.client.random.uniform", lambda a, b: 0.0)  # no backoff
+    # no backoff
+    monkeypatch.setattr("reconcile.kube.client.transport.random.uniform", lambda a, b: 0.0)
     kubeconfig = kubeconfig_for(silent_server, tmp_path)
     result = run_cli("audit", "--request-timeout", "100ms", kubeconfig=kubeconfig)
     assert (result.code, result.stdout) == (2, "")

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from reconcile.engine.apply import DONE_BY_OTHERS, apply_objects, apply_plan
+from reconcile.engine.nodes.apply import apply_plan
+from reconcile.engine.objects.apply import apply_objects
 from reconcile.engine.plan import Plan
+from reconcile.engine.results import DONE_BY_OTHERS
 from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.server import FaultInjector, Route
 from tests.conftest import ClusterFactory

@@ -205,6 +205,7 @@ def test_permanent_failures_are_not_retried(lab: TestCluster, workdir: Path) -> 
     ] == [403]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_apply_stops_cleanly_and_the_next_run_finishes(
     tmp_path: Path, signum: int, code: int
@@ -251,6 +252,7 @@ def test_an_interrupted_apply_stops_cleanly_and_the_next_run_finishes(
         assert run_cli("plan", cwd=work, kubeconfig=kubeconfig).code == 0
 
 
+@pytest.mark.slow
 def test_the_sandbox_command_injects_faults(tmp_path: Path, workdir: Path) -> None:
     result = run_cli(
         "sandbox",

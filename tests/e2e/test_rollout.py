@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from reconcile.gpu import rollout
+from reconcile.gpu import upgrade as node_upgrade
+from reconcile.sandbox import RequestRecord
 from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.server import FaultInjector, Route
 from tests.conftest import ClusterFactory
@@ -114,6 +117,15 @@ def work(tmp_path: Path) -> Path:
     (tmp_path / "desired" / "drivers").mkdir(parents=True)
     (tmp_path / "desired" / "drivers" / "images.yaml").write_text(MATRIX)
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _prompt_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI runs in this process: its waits look at the budgets every 0.1 s (not every
+    second) and for an evicted pod to go every 0.05 s (not every 0.5 s; the sandbox's
+    kubelet confirms a deletion after 0.2 s). What they wait for is the same."""
+    monkeypatch.setattr(rollout, "BUDGET_POLL_SECONDS", 0.1)
+    monkeypatch.setattr(node_upgrade, "DELETION_POLL_SECONDS", 0.05)
 
 
 def _pool(make_cluster: ClusterFactory, *, budget: bool) -> TestCluster:
@@ -507,16 +519,25 @@ class _ReplicaSetStandIn:
     """The sandbox has no controllers: this plays the ReplicaSet controller, the scheduler
     and the kubelet for the trainers, as they act on the real control plane. A missing
     trainer is replaced on the schedulable node that runs none (the anti-affinity), and
-    becomes Ready a second later (its containers start)."""
+    becomes Ready (its containers start) once the budgets have been read since: whoever
+    reads them meanwhile finds the budget spent, however fast or slow the machine. Or
+    once the rollout is over (`finished`), or after 5 s at most, so that a rollout that
+    never looks still finishes, and fails."""
 
     def __init__(self, cluster: TestCluster) -> None:
         self.cluster = cluster
         self.stop = threading.Event()
+        self.finished = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.created = 0
+        self.budget_reads = 0  # answered LISTs of budgets, counted by the sandbox's log
+
+    def _count(self, record: RequestRecord) -> None:
+        if record.resource == "poddisruptionbudgets" and record.verb == "list":
+            self.budget_reads += 1
 
     def _loop(self) -> None:
-        starting: dict[str, float] = {}
+        starting: dict[str, tuple[int, float]] = {}
         while not self.stop.is_set():
             trainers = _trainers(self.cluster)
             taken = {p["spec"]["nodeName"] for p in trainers}
@@ -530,9 +551,10 @@ class _ReplicaSetStandIn:
                 self.created += 1
                 name = f"trainer-5f8b9c7d4-r{self.created}"
                 self.cluster.create(_trainer_pod(name, free[0], _TRAINER_RS))
-                starting[name] = time.monotonic() + 1.0
-            for name, when in list(starting.items()):
-                if time.monotonic() >= when:
+                starting[name] = (self.budget_reads, time.monotonic() + 5.0)
+            for name, (reads, latest) in list(starting.items()):
+                looked = self.budget_reads > reads or self.finished.is_set()
+                if looked or time.monotonic() >= latest:
                     del starting[name]
                     self._run(name)
             time.sleep(0.05)
@@ -546,12 +568,16 @@ class _ReplicaSetStandIn:
         assert code == 200, body
 
     def __enter__(self) -> _ReplicaSetStandIn:
+        assert self.cluster.sandbox is not None
+        self.cluster.sandbox.server.observers.append(self._count)
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join()
+        assert self.cluster.sandbox is not None
+        self.cluster.sandbox.server.observers.remove(self._count)
 
 
 def _rp_pool(make_cluster: ClusterFactory) -> TestCluster:
@@ -606,13 +632,13 @@ def _rp_pool(make_cluster: ClusterFactory) -> TestCluster:
     return cluster
 
 
+@pytest.mark.slow
 def test_a_pool_rollout_waits_for_each_replacement_pod_before_the_next_drain(
     make_cluster: ClusterFactory, work: Path
 ) -> None:
     cluster = _rp_pool(make_cluster)
     with contextlib.ExitStack() as stack:
-        if cluster.is_sandbox:
-            stack.enter_context(_ReplicaSetStandIn(cluster))
+        stand_in = stack.enter_context(_ReplicaSetStandIn(cluster)) if cluster.is_sandbox else None
         result = run_cli(
             "upgrade",
             "--selector",
@@ -626,6 +652,8 @@ def test_a_pool_rollout_waits_for_each_replacement_pod_before_the_next_drain(
             cwd=work,
             kubeconfig=cluster.kubeconfig,
         )
+        if stand_in is not None:
+            stand_in.finished.set()
         wait_for(
             lambda: {p["spec"].get("nodeName") for p in _trainers(cluster) if _ready(p)} == set(RP),
             what="a Ready trainer on every node again",
@@ -647,6 +675,7 @@ def test_a_pool_rollout_waits_for_each_replacement_pod_before_the_next_drain(
         assert not found["spec"].get("unschedulable")
 
 
+@pytest.mark.slow
 def test_a_batch_whose_budget_does_not_recover_in_time_fails_without_being_cordoned(
     make_cluster: ClusterFactory, work: Path
 ) -> None:

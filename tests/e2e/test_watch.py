@@ -225,6 +225,13 @@ def test_a_fight_with_another_writer_is_left_alone(lab: TestCluster, workdir: Pa
         assert len(heard.drift_lines("corrected")) == 5  # lab-node-1 and four of lab-node-0
 
 
+def replace_text(path: Path, text: str) -> None:
+    """`path` holds `text` at once: written beside it, then renamed over it."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    partial.replace(path)
+
+
 def test_an_invalid_tree_is_reported_and_the_last_valid_one_stays(
     lab: TestCluster, workdir: Path
 ) -> None:
@@ -232,11 +239,13 @@ def test_an_invalid_tree_is_reported_and_the_last_valid_one_stays(
     node_file = desired / "nodes" / "lab-node-0.yaml"
     valid = node_file.read_text()
     with watching(lab, desired, correct=True) as (heard, _):
-        node_file.write_text(valid.replace('gpu.count: "4"', "gpu.count: [1]"))
+        # Each edit lands whole (a rename): a watcher that polls mid-write sees a truncated
+        # file, an invalid tree of its own that the counts below would not expect.
+        replace_text(node_file, valid.replace('gpu.count: "4"', "gpu.count: [1]"))
         eventually(lambda: [ok for _, ok in heard.trees] == [True, False], "the invalid tree")
         lab.label("lab-node-0", **{GPU_COUNT: "7"})
         eventually(lambda: lab.labels("lab-node-0")[GPU_COUNT] == "4", "the last valid value")
-        node_file.write_text(valid.replace('gpu.count: "4"', 'gpu.count: "3"'))
+        replace_text(node_file, valid.replace('gpu.count: "4"', 'gpu.count: "3"'))
         eventually(lambda: lab.labels("lab-node-0")[GPU_COUNT] == "3", "the new tree's value")
         assert [ok for _, ok in heard.trees] == [True, False, True]
 
@@ -483,7 +492,11 @@ def test_prune_removes_what_left_the_tree_and_never_everything(
             "\n".join(line for line in node_file.read_text().splitlines() if GPU_COUNT not in line)
         )
         eventually(lambda: GPU_COUNT not in lab.labels("lab-node-1"), "the prune")
-        assert f"lab-node-1 {GPU_COUNT} -" in heard.drift_lines("corrected")
+        # The correction is reported once its PATCH has returned, a moment after the label
+        # is gone from what the cluster serves.
+        eventually(
+            lambda: f"lab-node-1 {GPU_COUNT} -" in heard.drift_lines("corrected"), "the report"
+        )
     before = snapshot(lab)
     # lab-node-1 is the only node whose inventory holds labels: declaring none for it
     # would remove every label reconcile manages
@@ -558,6 +571,7 @@ def ended(process: subprocess.Popen[str]) -> tuple[str, str]:
     return out, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("becomes", ["a fleet", "an empty directory"])
 def test_a_tree_that_becomes_a_fleet_or_empty_is_invalid_and_the_last_valid_one_stays(
     lab: TestCluster, workdir: Path, tmp_path: Path, becomes: str
@@ -596,6 +610,7 @@ def test_a_tree_that_becomes_a_fleet_or_empty_is_invalid_and_the_last_valid_one_
     assert f"lab-node-0 {GPU_COUNT} 4" in out
 
 
+@pytest.mark.slow
 def test_a_reverted_bad_edit_makes_the_tree_valid_again(lab: TestCluster, workdir: Path) -> None:
     node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
     valid = node_file.read_text()
@@ -710,6 +725,7 @@ def tiers(cluster: TestCluster) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_a_backlog_is_corrected_in_parallel_each_node_once_with_its_event(
     make_cluster: ClusterFactory, workdir: Path
 ) -> None:

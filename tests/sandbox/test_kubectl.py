@@ -213,6 +213,7 @@ def test_server_side_apply_dry_run(lab: TestCluster) -> None:
     assert stored["spec"]["replicas"] == 2
 
 
+@pytest.mark.slow
 def test_drain_blocked_by_the_budget_then_allowed(driver_lab: TestCluster) -> None:
     pdb = kubectl(driver_lab, "get", "pdb", "-n", "gpu-drv")
     assert pdb.stdout.splitlines()[1].split() == [

@@ -100,6 +100,7 @@ def test_runs_a_command_against_itself_and_returns_its_exit_code(tmp_path: Path)
     assert "sandbox: stopped" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_quickstart_line_plans_and_applies(tmp_path: Path) -> None:
     result = run_cli(
         "sandbox",

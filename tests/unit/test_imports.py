@@ -5,25 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from reconcile.engine.imports import ImportRequest, plan_import
-from reconcile.kube.objects import LiveNode
+from tests.fake import FakeCluster
 
 KEY = "example.com/sku"
 
 
-class _Nodes:
-    def __init__(self, values: list[str]) -> None:
-        self.nodes = [
-            LiveNode(f"node-{i}", "1", {KEY: value, "nvidia.com/gpu.count": str(i)})
-            for i, value in enumerate(values)
-        ]
-
-    def list_nodes(self, *, label_selector: str | None = None) -> list[LiveNode]:
-        return list(self.nodes)
+def _nodes(values: list[str]) -> FakeCluster:
+    cluster = FakeCluster()
+    for i, value in enumerate(values):
+        cluster.add_node(f"node-{i}", {KEY: value, "nvidia.com/gpu.count": str(i)})
+    return cluster
 
 
 def _group_files(tmp_path: Path, values: list[str]) -> dict[str, str]:
     request = ImportRequest(tmp_path, None, keep=("nvidia.com/",), group_by=KEY)
-    changes = plan_import(request, _Nodes(values))
+    changes = plan_import(request, _nodes(values))
     return {
         c.path.name: next(
             line.split(": ", 1)[1] for line in c.after.splitlines() if line.startswith(f"    {KEY}")

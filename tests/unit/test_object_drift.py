@@ -8,7 +8,8 @@ from typing import Any
 from reconcile.desired.problems import field_path
 from reconcile.diagnostics import Invalid
 from reconcile.engine.diff import Action, FieldChange, manifest_drift, object_drift
-from reconcile.engine.workloads import inventory_entry, is_immutable, parse_inventory_entry
+from reconcile.engine.objects.inventory import inventory_entry, parse_inventory_entry
+from reconcile.engine.objects.plan import is_immutable
 
 MANIFEST: dict[str, Any] = {
     "apiVersion": "apps/v1",

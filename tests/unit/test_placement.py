@@ -143,6 +143,7 @@ def _expression() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     terms=st.lists(st.lists(_expression(), min_size=1, max_size=3), min_size=1, max_size=3),

@@ -15,28 +15,19 @@ from reconcile.cli.views import view_for
 from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.diagnostics import PlanRefused, ReconcileError, Severity, Source, StalePlan
 from reconcile.engine import saved
-from reconcile.engine.apply import (
-    ApplyResult,
-    NodeResult,
-    ObjectResult,
-    apply_objects,
-    apply_plan,
-    check_fresh,
-)
 from reconcile.engine.checks import Projection
 from reconcile.engine.diff import Action, NodeChange, fact_drift
 from reconcile.engine.facts import BY_FACT, RULES, Fact
-from reconcile.engine.plan import (
-    INVENTORY_ANNOTATION,
-    ClusterIdentity,
-    ObjectPlan,
-    Plan,
-    PlanOptions,
-    build_plan,
-)
+from reconcile.engine.nodes.apply import apply_plan
+from reconcile.engine.nodes.plan import INVENTORY_ANNOTATION, build_plan
+from reconcile.engine.objects.apply import apply_objects
+from reconcile.engine.plan import ClusterIdentity, ObjectPlan, Plan, PlanOptions
+from reconcile.engine.results import ApplyResult, NodeResult, ObjectResult
+from reconcile.engine.saved import check_fresh
 from reconcile.gpu.checks import GpuPolicy, driver_coverage
 from reconcile.gpu.provenance import label_fights
 from reconcile.kube.objects import LiveNode
+from tests.fake import FakeCluster
 
 GOLDEN = Path(__file__).parents[1] / "golden"
 
@@ -373,40 +364,25 @@ def test_stale_check_names_the_node_and_both_versions() -> None:
     check_fresh(plan, [live("n1", {"a.io/x": "1"}, rv="9"), live("n2", {}, rv="6")])
 
 
-class FakeWriter:
-    """Answers patches from a dict of nodes: enough to check what apply does with answers."""
+class _DropsLabels(FakeCluster):
+    """A server that silently ignores the label keys `drop` of every patch."""
 
-    def __init__(self, nodes: dict[str, LiveNode], *, drop: set[str] | None = None) -> None:
-        self.nodes = nodes
-        self.drop = drop or set()
-        self.patches: list[tuple[str, dict[str, object]]] = []
+    def __init__(self, drop: set[str]) -> None:
+        super().__init__()
+        self.drop = drop
 
-    def list_nodes(self) -> list[LiveNode]:
-        return list(self.nodes.values())
-
-    def get_node(self, name: str) -> LiveNode:
-        return self.nodes[name]
-
-    def patch_node(self, name: str, patch: dict[str, object]) -> LiveNode:
-        self.patches.append((name, patch))
-        labels = dict(self.nodes[name].labels)
-        for key, value in patch["metadata"]["labels"].items():  # type: ignore[index]
-            if key in self.drop:
-                continue  # a server that silently ignores it
-            if value is None:
-                labels.pop(key, None)
-            else:
-                labels[key] = value
-        return LiveNode(name, "99", labels)
+    def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
+        metadata = dict(patch["metadata"])
+        metadata["labels"] = {k: v for k, v in metadata["labels"].items() if k not in self.drop}
+        return super().patch_node(name, {**patch, "metadata": metadata})
 
 
 def test_apply_reports_a_change_the_server_did_not_take() -> None:
-    nodes = {"n1": live("n1", {"a.io/x": "0"})}
-    plan = build_plan(desired(n1={"a.io/x": "1", "a.io/y": "2"}), nodes.values())
+    cluster = _DropsLabels({"a.io/y"})
+    cluster.add_node("n1", {"a.io/x": "0"})
+    plan = build_plan(desired(n1={"a.io/x": "1", "a.io/y": "2"}), cluster.list_nodes())
 
-    result = apply_plan(
-        plan, FakeWriter(nodes, drop={"a.io/y"}), desired=desired(n1={"a.io/x": "1", "a.io/y": "2"})
-    )
+    result = apply_plan(plan, cluster, desired=desired(n1={"a.io/x": "1", "a.io/y": "2"}))
 
     assert not result.ok
     [node] = result.nodes
@@ -803,20 +779,6 @@ def test_one_live_fact_reads_as_the_whole_live_map_does() -> None:
     assert BY_FACT[Fact.TAINT].get(node, "gpu:NoSchedule") == "new"
 
 
-class _DeletesAnything:
-    """A cluster that would delete whatever it is asked to: apply must not ask for a Node."""
-
-    def __init__(self) -> None:
-        self.deleted: list[str] = []
-
-    def delete_object(self, resource: Any, namespace: str, name: str) -> bool:
-        self.deleted.append(f"{resource.plural}/{name}")
-        return True
-
-    def get_object(self, resource: Any, namespace: str, name: str) -> None:
-        return None
-
-
 def test_apply_never_deletes_a_node_whatever_the_plan_says() -> None:
     node = ObjectPlan(
         apiVersion="v1",
@@ -829,9 +791,11 @@ def test_apply_never_deletes_a_node_whatever_the_plan_says() -> None:
         action="prune",
         resourceVersion="7",
     )
-    cluster = _DeletesAnything()
-    [result] = apply_objects(Plan(objects=(node,)), cluster, saved=True)  # type: ignore[arg-type]
-    assert (result.error, cluster.deleted) == ("a Node is never pruned", [])
+    cluster = FakeCluster()
+    cluster.add_node("lab-node-2")
+    [result] = apply_objects(Plan(objects=(node,)), cluster, saved=True)
+    assert (result.error, cluster.writes) == ("a Node is never pruned", [])
+    assert [n.name for n in cluster.list_nodes()] == ["lab-node-2"]
 
 
 def test_groups_that_disagree_on_a_huge_annotation_are_named_without_echoing_it() -> None:

@@ -87,7 +87,7 @@ def test_the_client_waits_what_the_server_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     waited: list[float] = []
-    monkeypatch.setattr("reconcile.kube.client.time.sleep", waited.append)
+    monkeypatch.setattr("reconcile.kube.client.cluster.time.sleep", waited.append)
     with Sandbox(
         [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}}], faults=ThrottleFirst(3)
     ) as sandbox:

@@ -4,7 +4,6 @@ what is short only for now is waited for, what cannot pass at all is refused up 
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +14,7 @@ from pydantic import ValidationError
 
 from reconcile.desired.models import DesiredState
 from reconcile.desired.reader import load_desired
-from reconcile.diagnostics import ApiError, NotFound, TooManyRequests
+from reconcile.diagnostics import ApiError, TooManyRequests
 from reconcile.gpu.rollout import (
     Batch,
     Rollout,
@@ -34,7 +33,7 @@ from reconcile.gpu.upgrade import (
     budget_waits,
 )
 from reconcile.kube.objects import LiveNode
-from reconcile.kube.selector import parse as parse_selector
+from tests.fake import PODS, FakeCluster
 
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 MATRIX = """\
@@ -144,19 +143,18 @@ class _Clock:
         self.pending.append((when, change))
 
 
-class _Cluster:
+class _Cluster(FakeCluster):
     """One trainer per node, owned by a ReplicaSet of as many replicas, and a budget of
-    maxUnavailable 1; an evicted pod is gone at once and its replacement is the test's to
-    make. Every write is recorded with the clock's time."""
+    maxUnavailable 1 whose status the disruption controller keeps up with the pods; an
+    evicted pod is gone at once and its replacement is the test's to make. Every write is
+    recorded in `timed` with the clock's time."""
 
     def __init__(self, clock: _Clock) -> None:
+        super().__init__(namespaces=("ns",))
         self.clock = clock
-        self.nodes: dict[str, LiveNode] = {}
-        self.pods: dict[str, dict[str, Any]] = {}
         for index, name in enumerate(NODES):
-            self.nodes[name] = LiveNode(
+            self.add_node(
                 name,
-                "1",
                 {
                     "nvidia.com/gpu.present": "true",
                     "feature.node.kubernetes.io/kernel-version.full": "5.15.0-107-generic",
@@ -168,33 +166,24 @@ class _Cluster:
                     "pool": "p",
                 },
             )
-            self.add_pod(f"t{index}", name, ready=True)
+            self.add_trainer(f"t{index}", name, ready=True)
         self.budget = _budget({"maxUnavailable": 1})
-        self.writes: list[tuple[float, str, dict[str, Any]]] = []
+        self.timed: list[tuple[float, str, dict[str, Any]]] = []
 
-    def add_pod(self, name: str, node: str, *, ready: bool) -> None:
-        self.pods[name] = {
-            "metadata": {
-                "name": name,
-                "namespace": "ns",
-                "uid": name,
-                "labels": {"app": "a"},
-                "ownerReferences": [{"kind": "ReplicaSet", "name": "t", "controller": True}],
-            },
-            "spec": {"nodeName": node},
-            "status": {
-                "phase": "Running",
-                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            },
-        }
+    def add_trainer(self, name: str, node: str, *, ready: bool) -> None:
+        self.add_pod("ns", name, node, labels={"app": "a"}, owner="t")
+        self.ready(name, ready)
 
-    def ready(self, name: str) -> None:
-        self.pods[name]["status"]["conditions"][0]["status"] = "True"
+    def ready(self, name: str, ready: bool = True) -> None:
+        pod = self.objects[self._key(PODS, "ns", name)]
+        pod["status"]["conditions"][0]["status"] = str(ready)
 
     # the disruption controller's arithmetic for maxUnavailable 1 of len(NODES) replicas
     def _status(self) -> dict[str, int]:
         healthy = sum(
-            1 for p in self.pods.values() if p["status"]["conditions"][0]["status"] == "True"
+            1
+            for p in self.list_objects(PODS, "ns")
+            if p["status"]["conditions"][0]["status"] == "True"
         )
         desired = len(NODES) - 1
         return {
@@ -205,48 +194,18 @@ class _Cluster:
             "disruptionsAllowed": max(0, healthy - desired),
         }
 
-    def list_nodes(self, *, label_selector: str | None = None) -> list[LiveNode]:
-        selector = parse_selector(label_selector or "")
-        return [copy.deepcopy(n) for n in self.nodes.values() if selector.matches(n.labels)]
-
-    def get_node(self, name: str) -> LiveNode:
-        return copy.deepcopy(self.nodes[name])
-
     def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
-        self.writes.append((self.clock.now, name, patch))
-        node = self.nodes[name]
-        metadata = patch.get("metadata") or {}
-        labels = {**node.labels, **(metadata.get("labels") or {})}
-        annotations = {**node.annotations, **(metadata.get("annotations") or {})}
-        spec = patch.get("spec") or {}
-        unschedulable = (
-            bool(spec["unschedulable"]) if "unschedulable" in spec else node.unschedulable
-        )
-        self.nodes[name] = LiveNode(
-            name,
-            node.resource_version,
-            {k: v for k, v in labels.items() if v is not None},
-            {k: v for k, v in annotations.items() if v is not None},
-            unschedulable,
-        )
-        return self.get_node(name)
-
-    def pods_on(self, node: str) -> list[dict[str, Any]]:
-        return [copy.deepcopy(p) for p in self.pods.values() if p["spec"]["nodeName"] == node]
-
-    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.pods.get(name))
+        self.timed.append((self.clock.now, name, patch))
+        return super().patch_node(name, patch)
 
     def budgets(self, namespace: str) -> list[dict[str, Any]]:
         return [{**self.budget, "status": self._status()}]
 
     def evict(self, namespace: str, name: str) -> None:
-        if name not in self.pods:
-            raise NotFound(404, "NotFound", f'pods "{name}" not found')
-        if self._status()["disruptionsAllowed"] < 1:
+        if self.get_pod(namespace, name) is not None and self._status()["disruptionsAllowed"] < 1:
             raise TooManyRequests(429, "TooManyRequests", "Cannot evict pod")
-        self.writes.append((self.clock.now, name, {"evicted": True}))
-        del self.pods[name]
+        super().evict(namespace, name)
+        self.timed.append((self.clock.now, name, {"evicted": True}))
 
 
 @pytest.fixture
@@ -285,7 +244,7 @@ def _replace_after_uncordon(cluster: _Cluster, clock: _Clock, starting: float) -
         live = patch_node(name, patch)
         if (patch.get("spec") or {}).get("unschedulable", True) is None:
             pod = f"r-{name}"
-            cluster.add_pod(pod, name, ready=False)
+            cluster.add_trainer(pod, name, ready=False)
             clock.at(clock.now + starting, lambda: cluster.ready(pod))
         return live
 
@@ -310,8 +269,8 @@ def test_each_batch_waits_for_the_replacement_of_the_last_and_says_why(
     ]
     # no node is cordoned before its budget allows the drain: the previous replacement
     # became Ready 7 s after the uncordon
-    uncordons = [t for t, _, p in cluster.writes if p.get("spec") == {"unschedulable": None}]
-    cordons = [t for t, _, p in cluster.writes if p.get("spec") == {"unschedulable": True}]
+    uncordons = [t for t, _, p in cluster.timed if p.get("spec") == {"unschedulable": None}]
+    cordons = [t for t, _, p in cluster.timed if p.get("spec") == {"unschedulable": True}]
     assert [c - u for u, c in zip(uncordons, cordons[1:], strict=False)] == [
         pytest.approx(7.0, abs=1.01)
     ] * 2
@@ -335,12 +294,12 @@ def test_when_the_budget_does_not_recover_in_time_the_batch_fails_uncordoned(
         "recover (or change it), then rerun"
     )
     assert result.not_started == ("n2",)
-    assert cluster.nodes["n1"].labels[STATE] == "upgrade-failed"
-    assert not cluster.nodes["n1"].unschedulable
-    assert [p for _, n, p in cluster.writes if n == "n1"] == [
+    assert cluster.get_node("n1").labels[STATE] == "upgrade-failed"
+    assert not cluster.get_node("n1").unschedulable
+    assert [p for _, n, p in cluster.timed if n == "n1"] == [
         {"metadata": {"labels": {STATE: "upgrade-failed"}}}
     ]
-    assert "n2" not in {n for _, n, _ in cluster.writes}
+    assert "n2" not in {n for _, n, _ in cluster.timed}
     assert 10.0 <= clock.now < 12.0  # the wait was bounded by --timeout
 
 
@@ -349,13 +308,13 @@ def test_a_budget_short_at_the_start_is_waited_for_and_one_that_never_allows_is_
 ) -> None:
     clock = _Clock()
     cluster = _Cluster(clock)
-    cluster.pods["t2"]["status"]["conditions"][0]["status"] = "False"  # starting
+    cluster.ready("t2", False)  # starting
     clock.at(3.0, lambda: cluster.ready("t2"))
     _replace_after_uncordon(cluster, clock, starting=1.0)
     notes: list[str] = []
     job = _rollout(cluster, clock, desired, notes, timeout=60.0)
     plan = job.preflight()  # not refused: the budget allows one eviction once t2 is Ready
-    assert cluster.writes == []
+    assert cluster.timed == []
     result = job.run(plan)
     assert result.done == NODES
     assert notes[-3].startswith("waiting: PodDisruptionBudget ns/pdb allows no disruption yet")
@@ -374,7 +333,7 @@ def test_a_budget_short_at_the_start_is_waited_for_and_one_that_never_allows_is_
         _rollout(cluster, clock, desired, notes, timeout=60.0).preflight()
     assert "PodDisruptionBudget ns/pdb blocks the drain of batch 1 (n0)" in str(refused.value)
     assert "set maxUnavailable to 1" in str(refused.value)
-    assert cluster.writes == [] and clock.now == 0.0  # refused at once, nothing written
+    assert cluster.timed == [] and clock.now == 0.0  # refused at once, nothing written
 
 
 def test_a_stopped_rollout_stops_waiting_and_starts_no_other_node(desired: DesiredState) -> None:
@@ -386,7 +345,7 @@ def test_a_stopped_rollout_stops_waiting_and_starts_no_other_node(desired: Desir
     result = job.run(job.preflight())
     assert (result.done, result.failed, result.not_started) == (("n0",), (), ("n1", "n2"))
     assert 30.0 <= clock.now < 32.0
-    assert {n for _, n, _ in cluster.writes} == {"n0", "t0"}
+    assert {n for _, n, _ in cluster.timed} == {"n0", "t0"}
 
 
 def test_an_api_error_while_waiting_fails_the_batch_and_the_rollout_still_reports(
@@ -409,7 +368,7 @@ def test_an_api_error_while_waiting_fails_the_batch_and_the_rollout_still_report
     assert node == "n1" and reason.endswith("; nothing was done to n1")
     assert "the server is currently unavailable" in reason
     assert result.not_started == ("n2",)
-    assert "n1" not in {n for _, n, _ in cluster.writes}
+    assert "n1" not in {n for _, n, _ in cluster.timed}
 
 
 # --- the Rollout document -------------------------------------------------------------------

@@ -193,6 +193,7 @@ def _node_file(draw: st.DrawFn) -> str:
     return ending.join(lines) + draw(st.sampled_from(["", ending, ending * 2]))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(_node_file())
 @example(HEAD + "labels:\n  # a note\u2028 {bad: [\n  example.com/a: x\n")

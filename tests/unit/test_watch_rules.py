@@ -3,14 +3,14 @@ writer is declared and how long it is left alone; who holds the Lease and when i
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 
-from reconcile.diagnostics import Conflict, NotFound
+from reconcile.diagnostics import ClusterUnreachable
 from reconcile.engine.leader import LeaderElector, NoLeaseNamespace
 from reconcile.engine.watch import _Flaps
+from tests.fake import LEASES, FakeCluster
 
 
 def flaps() -> _Flaps:
@@ -52,43 +52,28 @@ def test_a_deleted_node_forgets_its_fights() -> None:
     assert rules.corrected("n", "k", 6) is None
 
 
-class Leases:
-    """A Lease store with the API server's optimistic concurrency (resourceVersion)."""
+class Leases(FakeCluster):
+    """A cluster whose lease writes fail while it is `down`."""
 
     def __init__(self, namespaces: tuple[str, ...] = ("reconcile-system",)) -> None:
-        self.stored: dict[tuple[str, str], dict[str, Any]] = {}
-        self.version = 0
+        super().__init__(namespaces=namespaces)
         self.down = False
-        self.namespaces = set(namespaces)
-
-    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        found = self.stored.get((namespace, name))
-        return copy.deepcopy(found) if found else None
 
     def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        if namespace not in self.namespaces:
-            raise NotFound(404, "NotFound", f'namespaces "{namespace}" not found')
-        key = (namespace, body["metadata"]["name"])
-        if key in self.stored:
-            raise Conflict(409, "AlreadyExists", "exists")
-        return self._store(key, body)
+        if self.down:
+            raise ClusterUnreachable("down")
+        return super().create_lease(namespace, body)
 
     def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        current = self.stored[(namespace, name)]
-        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise Conflict(409, "Conflict", "the object has been modified")
-        return self._store((namespace, name), body)
-
-    def _store(self, key: tuple[str, str], body: dict[str, Any]) -> dict[str, Any]:
         if self.down:
-            from reconcile.diagnostics import ClusterUnreachable
-
             raise ClusterUnreachable("down")
-        self.version += 1
-        stored = copy.deepcopy(body)
-        stored["metadata"]["resourceVersion"] = str(self.version)
-        self.stored[key] = stored
-        return copy.deepcopy(stored)
+        return super().replace_lease(namespace, name, body)
+
+    def spec(self) -> dict[str, Any]:
+        """The spec of the Lease reconcile-system/reconcile."""
+        lease = self.get_lease("reconcile-system", "reconcile")
+        assert lease is not None
+        return dict(lease["spec"])
 
 
 class Clock:
@@ -115,7 +100,7 @@ def test_one_holder_at_a_time_and_a_standby_takes_over_an_expired_lease() -> Non
     assert not b.try_acquire_or_renew()  # 14 s since b last saw it change
     clock.now += 2  # a stopped renewing 16 s ago
     assert b.try_acquire_or_renew() and b.leading
-    spec = leases.stored[("reconcile-system", "reconcile")]["spec"]
+    spec = leases.spec()
     assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
     assert not a.leading  # a has not renewed within its 10 s deadline
 
@@ -139,7 +124,7 @@ def test_release_hands_the_lease_on_at_once() -> None:
     assert a.try_acquire_or_renew()
     a.release()
     assert changes == [True, False]
-    spec = leases.stored[("reconcile-system", "reconcile")]["spec"]
+    spec = leases.spec()
     assert (spec["holderIdentity"], spec["leaseDurationSeconds"]) == ("", 1)
     assert b.try_acquire_or_renew()
 
@@ -152,7 +137,7 @@ def test_a_candidate_that_loses_the_race_to_create_the_lease_stands_by() -> None
     assert winner.try_acquire_or_renew()
     assert not loser.try_acquire_or_renew()  # its create met AlreadyExists
     leases.get_lease = real_get  # type: ignore[method-assign]
-    assert leases.stored[("reconcile-system", "reconcile")]["spec"]["holderIdentity"] == "a"
+    assert leases.spec()["holderIdentity"] == "a"
     assert winner.leading and not loser.leading
 
 
@@ -161,4 +146,4 @@ def test_a_lease_whose_namespace_does_not_exist_is_an_error_not_a_standby() -> N
     a = elector(leases, clock, "a")
     with pytest.raises(NoLeaseNamespace, match="the namespace reconcile-system does not exist"):
         a.try_acquire_or_renew()
-    assert not a.leading and not leases.stored
+    assert not a.leading and not leases.list_objects(LEASES)

@@ -64,6 +64,7 @@ def _run_plan_step(work: Path, kubeconfig: Path | None) -> tuple[int, str]:
     return int((work / "plan.code").read_text()), (work / "comment.md").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the workflow step is bash")
 def test_the_pull_request_check_fails_on_error_findings_not_on_drift(
     lab: TestCluster, workdir: Path

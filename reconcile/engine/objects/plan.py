@@ -1,49 +1,31 @@
-"""Workload objects from desired/workloads: planning by server-side dry-run, applying with
-server-side apply (field manager `reconcile`), and pruning by inventory.
+"""Workload objects planned by server-side dry-run (field manager `reconcile`).
 
 Drift is what the API server says applying would change: the dry-run result against the
 live object, both defaulted by the same server, so defaults never show as drift. Every
-object reconcile applies carries `app.kubernetes.io/managed-by: reconcile` and is
-recorded in an inventory (the ConfigMap `default/reconcile-inventory`); `--prune` deletes
-an object only if it is in that inventory, no longer in desired/, and still labelled.
-
-Pruning is guarded: deleting every object of the inventory at once (an empty checkout, a
-wrong --desired) needs --allow-empty-prune, and a Namespace is not pruned while desired/
-still declares objects in it, nor while it holds objects reconcile does not manage
-(unless --prune-namespace-contents). A Node is never pruned, whatever the inventory says
-(desired/ declares node facts in node files and groups, never as a Node object).
-
-A Secret's values never reach a plan (see sensitive.py): live, dry-run and desired
-objects are compared with every value replaced by a digest, server messages about them
-are redacted, and the plan keeps a digest of the configuration instead of the
-configuration, which apply reads from desired/ again.
+configuration reconcile applies carries `app.kubernetes.io/managed-by: reconcile`.
+`plan_objects` returns the creates, updates and recreates in apply order, the prunes
+after them (prune.py), the findings of what the server would reject, and the inventory to
+record; `replan_object` an update planned again against the object as it is now.
 """
 
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
-from reconcile.diagnostics import (
-    ApiError,
-    Conflict,
-    Diagnostic,
-    EmptyPrune,
-    Invalid,
-    NotFound,
-    Severity,
-)
+from reconcile.diagnostics import ApiError, Conflict, Diagnostic, Invalid, NotFound, Severity
 from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
 from reconcile.engine.findings import Finding
-from reconcile.engine.grants import Rule
+from reconcile.engine.objects.inventory import MANAGED_BY, MANAGED_BY_LABEL
+from reconcile.engine.objects.prune import plan_prune
+from reconcile.engine.objects.targets import ObjectPlanning, Target
 from reconcile.engine.plan import NO_OPTIONS, ObjectAction, ObjectPlan, PlanOptions
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
+from reconcile.kube.api import ObjectApi, ResourceFinder
 from reconcile.kube.kinds import (
     BUILTIN_NAMESPACED,
     ObjectId,
@@ -53,87 +35,7 @@ from reconcile.kube.kinds import (
 )
 from reconcile.kube.objects import FIELD_MANAGER, ApiResource
 
-MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY: Final = "reconcile"
-INVENTORY_NAMESPACE: Final = "default"
-INVENTORY_NAME: Final = "reconcile-inventory"
-INVENTORY_KEY: Final = "objects"
-# The inventory's; what desired/ declares needs more, which rbac.py derives from the tree.
-RBAC: Final = (
-    Rule(
-        "",
-        ("configmaps",),
-        ("get", "patch"),
-        (INVENTORY_NAME,),
-        why="the inventory of applied objects (what --prune may delete): "
-        "read by plan, written by apply",
-        where=INVENTORY_NAMESPACE,
-    ),
-    Rule(
-        "",
-        ("configmaps",),
-        ("create",),
-        why="the first apply creates the inventory; RBAC cannot limit create "
-        "by resourceNames (the name of a new object is not known when create "
-        "is authorized), so create on configmaps is granted in this namespace "
-        "only",
-        where=INVENTORY_NAMESPACE,
-    ),
-)
-# Kinds --prune never deletes, whatever an (older) inventory lists: deleting a Node
-# deregisters a machine, and node facts are not objects (desired/nodes, desired/groups).
-NEVER_PRUNED: Final = frozenset({("v1", "Node")})
-CONFIGMAPS: Final = ApiResource("", "v1", "configmaps", "ConfigMap", True)
 NAMESPACES: Final = ApiResource("", "v1", "namespaces", "Namespace", False)
-
-# What the control plane puts in every namespace by itself: not content a person made.
-NAMESPACE_DEFAULTS: Final = frozenset(
-    {
-        ("", "ServiceAccount", "default"),
-        ("", "ConfigMap", "kube-root-ca.crt"),
-        # OpenShift (and MicroShift) publish their service CA the same way.
-        ("", "ConfigMap", "openshift-service-ca.crt"),
-    }
-)
-# Kinds that record or mirror other objects rather than being made by anyone.
-NAMESPACE_BOOKKEEPING: Final = frozenset(
-    {("", "Event"), ("events.k8s.io", "Event"), ("", "Endpoints"), ("", "PodTemplate")}
-)
-
-
-class ResourceFinder(Protocol):
-    def resource_for(self, api_version: str, kind: str) -> ApiResource | None: ...
-
-    def namespaced_listable(self) -> list[ApiResource]: ...
-
-
-class ObjectCluster(Protocol):
-    """What workload planning and applying need from the cluster (cluster.Cluster has it)."""
-
-    def discovery(self) -> ResourceFinder: ...
-
-    def get_object(
-        self, resource: ApiResource, namespace: str, name: str
-    ) -> dict[str, Any] | None: ...
-
-    def list_objects(
-        self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
-    ) -> list[dict[str, Any]]: ...
-
-    def apply_object(
-        self,
-        resource: ApiResource,
-        body: dict[str, Any],
-        *,
-        dry_run: bool = False,
-        force: bool = False,
-    ) -> dict[str, Any]: ...
-
-    def apply_created(
-        self, resource: ApiResource, body: dict[str, Any], *, force: bool
-    ) -> bool: ...
-
-    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool: ...
 
 
 def applied_config(manifest: Manifest) -> dict[str, Any]:
@@ -143,18 +45,6 @@ def applied_config(manifest: Manifest) -> dict[str, Any]:
     labels[MANAGED_BY_LABEL] = MANAGED_BY
     config["metadata"]["labels"] = labels
     return config
-
-
-def inventory_entry(api_version: str, kind: str, namespace: str, name: str) -> str:
-    return f"{api_version} {kind} {namespace or '-'} {name}"
-
-
-def parse_inventory_entry(entry: str) -> tuple[str, str, str, str] | None:
-    parts = entry.split()
-    if len(parts) != 4:
-        return None
-    api_version, kind, namespace, name = parts
-    return api_version, kind, "" if namespace == "-" else namespace, name
 
 
 def reconcile_fields(live: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -171,41 +61,9 @@ def is_immutable(error: ApiError) -> bool:
     return "immutable" in text or "may not change fields" in text
 
 
-@dataclass
-class ObjectPlanning:
-    objects: list[ObjectPlan] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
-    prunable: list[str] = field(default_factory=list)
-    never_pruned: list[str] = field(default_factory=list)
-    inventory: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class _Target:
-    manifest: Manifest
-    resource: ApiResource
-    config: dict[str, Any]
-
-    @property
-    def identity(self) -> ObjectId:
-        return ObjectId(self.resource.group, self.resource.kind, self.namespace, self.manifest.name)
-
-    @property
-    def id(self) -> str:
-        return str(self.identity)
-
-    @property
-    def namespace(self) -> str:
-        return self.manifest.namespace if self.resource.namespaced else ""
-
-    @property
-    def sensitive(self) -> bool:
-        return sensitive.is_sensitive(self.resource.api_version, self.resource.kind)
-
-
 def plan_objects(
     state: DesiredState,
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     options: PlanOptions = NO_OPTIONS,
 ) -> ObjectPlanning:
     """Plan every manifest with `options`: one LIST per kind and namespace, one dry-run
@@ -250,7 +108,7 @@ def plan_objects(
                 force=options.forceConflicts,
                 recreate=options.recreate,
             )
-    _plan_prune(
+    plan_prune(
         state,
         targets,
         discovery,
@@ -264,7 +122,7 @@ def plan_objects(
 
 
 def _finding(
-    kind: str, target: _Target, message: str, live: Mapping[str, Any] | None = None
+    kind: str, target: Target, message: str, live: Mapping[str, Any] | None = None
 ) -> Finding:
     """Something the API server would reject: apply writes nothing while it stands."""
     if target.sensitive:
@@ -282,7 +140,7 @@ def _finding(
 
 def _targets(
     manifests: Iterable[Manifest], discovery: ResourceFinder, planning: ObjectPlanning
-) -> list[_Target]:
+) -> list[Target]:
     targets = []
     for manifest in manifests:
         resource = discovery.resource_for(manifest.api_version, manifest.kind)
@@ -297,14 +155,14 @@ def _targets(
                 )
             )
             continue
-        targets.append(_Target(manifest, resource, applied_config(manifest)))
+        targets.append(Target(manifest, resource, applied_config(manifest)))
     return sorted(
         targets,
         key=lambda t: (apply_rank(t.resource.kind), t.resource.kind, t.namespace, t.manifest.name),
     )
 
 
-def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[ObjectId, dict[str, Any]]:
+def _live(targets: list[Target], cluster: ObjectApi) -> dict[ObjectId, dict[str, Any]]:
     """The live objects of every (kind, namespace) the targets live in: one LIST each."""
     found: dict[ObjectId, dict[str, Any]] = {}
     seen: set[tuple[str, str, str]] = set()
@@ -324,7 +182,7 @@ def _live(targets: list[_Target], cluster: ObjectCluster) -> dict[ObjectId, dict
 
 
 def _object_plan(
-    target: _Target,
+    target: Target,
     action: ObjectAction,
     *,
     version: str | None = None,
@@ -392,8 +250,8 @@ class _Compared:
 
 
 def _plan_create(
-    target: _Target,
-    cluster: ObjectCluster,
+    target: Target,
+    cluster: ObjectApi,
     declared_namespaces: set[str],
     planning: ObjectPlanning,
     *,
@@ -423,9 +281,9 @@ def _plan_create(
 
 
 def _plan_update(
-    target: _Target,
+    target: Target,
     live: dict[str, Any],
-    cluster: ObjectCluster,
+    cluster: ObjectApi,
     planning: ObjectPlanning,
     *,
     force: bool,
@@ -475,7 +333,7 @@ def _plan_update(
     )
 
 
-def _needs_recreate(target: _Target, cluster: ObjectCluster) -> bool:
+def _needs_recreate(target: Target, cluster: ObjectApi) -> bool:
     """Whether the change, conflicts set aside, is one the server refuses to make in place."""
     try:
         cluster.apply_object(target.resource, target.config, dry_run=True, force=True)
@@ -484,166 +342,6 @@ def _needs_recreate(target: _Target, cluster: ObjectCluster) -> bool:
     except ApiError:
         return False
     return False
-
-
-def read_inventory(cluster: ObjectCluster) -> tuple[str, ...]:
-    found = cluster.get_object(CONFIGMAPS, INVENTORY_NAMESPACE, INVENTORY_NAME)
-    if found is None:
-        return ()
-    raw = str((found.get("data") or {}).get(INVENTORY_KEY) or "")
-    return tuple(line for line in raw.splitlines() if line.strip())
-
-
-def _plan_prune(
-    state: DesiredState,
-    targets: list[_Target],
-    discovery: ResourceFinder,
-    cluster: ObjectCluster,
-    planning: ObjectPlanning,
-    *,
-    prune: bool,
-    allow_empty_prune: bool,
-    prune_namespace_contents: bool,
-) -> None:
-    current = read_inventory(cluster)
-    wanted = {
-        inventory_entry(t.resource.api_version, t.resource.kind, t.namespace, t.manifest.name)
-        for t in targets
-    }
-    kept: set[str] = set(wanted)
-    prunes: list[ObjectPlan] = []
-    for entry in current:
-        if entry in wanted:
-            continue
-        parsed = parse_inventory_entry(entry)
-        if parsed is None:
-            continue
-        api_version, kind, namespace, name = parsed
-        if (api_version, kind) in NEVER_PRUNED:
-            planning.never_pruned.append(workload_id(kind, namespace, name))
-            continue  # not kept: the next apply drops the entry from the inventory
-        resource = discovery.resource_for(api_version, kind)
-        if resource is None:
-            continue
-        live = cluster.get_object(resource, namespace, name)
-        labels = ((live or {}).get("metadata") or {}).get("labels") or {}
-        if live is None or labels.get(MANAGED_BY_LABEL) != MANAGED_BY:
-            continue  # gone, or no longer ours: never deleted
-        object_id = workload_id(kind, namespace, name)
-        if not prune:
-            planning.prunable.append(object_id)
-            kept.add(entry)
-            continue
-        prunes.append(
-            ObjectPlan(
-                apiVersion=api_version,
-                kind=kind,
-                namespace=namespace,
-                name=name,
-                plural=resource.plural,
-                namespaced=resource.namespaced,
-                source="",
-                action=ObjectAction.PRUNE,
-                resourceVersion=str(live["metadata"].get("resourceVersion") or ""),
-            )
-        )
-    if prunes and not allow_empty_prune and not wanted & set(current):
-        shown = ", ".join(p.id for p in prunes[:5]) + (
-            f" and {len(prunes) - 5} more" if len(prunes) > 5 else ""
-        )
-        raise EmptyPrune(
-            f"--prune would delete all {len(prunes)} object(s) reconcile manages ({shown}), "
-            "because desired/ declares none of them: nothing was changed. Check --desired; "
-            "to delete them all on purpose, pass --allow-empty-prune"
-        )
-    for pruned in (p for p in prunes if p.kind == "Namespace" and not p.namespaced):
-        planning.findings.extend(
-            _namespace_prune_findings(
-                pruned.name,
-                targets,
-                current,
-                discovery,
-                cluster,
-                prune_namespace_contents=prune_namespace_contents,
-            )
-        )
-    prunes.sort(key=lambda p: (apply_rank(p.kind), p.kind, p.namespace, p.name), reverse=True)
-    planning.objects.extend(prunes)
-    inventory = tuple(sorted(kept))
-    if state.manifests or current:
-        planning.inventory = inventory if inventory != tuple(sorted(current)) else None
-
-
-def _namespace_prune_findings(
-    namespace: str,
-    targets: list[_Target],
-    inventory: Iterable[str],
-    discovery: ResourceFinder,
-    cluster: ObjectCluster,
-    *,
-    prune_namespace_contents: bool,
-) -> list[Finding]:
-    """Why deleting `namespace` would take more with it than the plan shows: objects
-    desired/ still declares there, or live objects reconcile does not manage."""
-    subject = workload_id("Namespace", "", namespace)
-    declared = sorted(t.id for t in targets if t.resource.namespaced and t.namespace == namespace)
-    if declared:
-        return [
-            Finding(
-                severity=Severity.ERROR,
-                blocksApply=True,
-                kind="prune-namespace-in-use",
-                subject=subject,
-                message=(
-                    f"desired/ no longer declares this namespace but still declares "
-                    f"{len(declared)} object(s) in it ({', '.join(declared)}): deleting it "
-                    "deletes them too. Declare the Namespace again, or remove those objects"
-                ),
-            )
-        ]
-    if prune_namespace_contents:
-        return []
-    managed = set()
-    for entry in inventory:
-        parsed = parse_inventory_entry(entry)
-        if parsed is not None and parsed[2] == namespace:
-            managed.add((parsed[0].rpartition("/")[0], parsed[1], parsed[3]))
-    others: Counter[str] = Counter()
-    unreadable: list[str] = []
-    for resource in discovery.namespaced_listable():
-        if (resource.group, resource.kind) in NAMESPACE_BOOKKEEPING:
-            continue
-        try:
-            items = cluster.list_objects(resource, namespace)
-        except ApiError:
-            unreadable.append(resource.plural)
-            continue
-        for item in items:
-            metadata = item.get("metadata") or {}
-            identity = (resource.group, resource.kind, str(metadata.get("name")))
-            if identity in managed or identity in NAMESPACE_DEFAULTS:
-                continue
-            if metadata.get("ownerReferences"):
-                continue  # goes with its owner, which is counted itself
-            others[resource.kind] += 1
-    if not others and not unreadable:
-        return []
-    parts = [f"{n} {kind}" for kind, n in sorted(others.items())]
-    if unreadable:
-        parts.append(f"unknown ({', '.join(sorted(unreadable))} could not be listed)")
-    return [
-        Finding(
-            severity=Severity.ERROR,
-            blocksApply=True,
-            kind="prune-namespace-not-empty",
-            subject=subject,
-            message=(
-                f"the namespace holds {sum(others.values())} object(s) reconcile does not "
-                f"manage ({', '.join(parts)}): deleting it deletes them too. Pass "
-                "--prune-namespace-contents to delete it anyway"
-            ),
-        )
-    ]
 
 
 def _unknown_kinds(state: DesiredState) -> list[Diagnostic]:
@@ -694,19 +392,6 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
 SYSTEM_NAMESPACES: Final = frozenset({"default", "kube-node-lease", "kube-public", "kube-system"})
 
 
-def inventory_object(entries: Iterable[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": INVENTORY_NAME,
-            "namespace": INVENTORY_NAMESPACE,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
-        },
-        "data": {INVENTORY_KEY: "\n".join(sorted(entries)) + "\n"},
-    }
-
-
 def desired_configs(state: DesiredState) -> dict[ObjectId, dict[str, Any]]:
     """Object identity -> the configuration apply sends, for the objects a plan holds only
     by digest (Secrets): apply takes them from desired/."""
@@ -717,9 +402,7 @@ def desired_configs(state: DesiredState) -> dict[ObjectId, dict[str, Any]]:
     }
 
 
-def replan_object(
-    obj: ObjectPlan, config: dict[str, Any], cluster: ObjectCluster
-) -> ObjectPlan | None:
+def replan_object(obj: ObjectPlan, config: dict[str, Any], cluster: ObjectApi) -> ObjectPlan | None:
     """An update planned again against the object as it is now (after a 409): the same
     action with the live resourceVersion and changes, or None when it needs nothing."""
     live = cluster.get_object(obj.resource, obj.namespace, obj.name)

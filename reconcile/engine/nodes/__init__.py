@@ -1,0 +1,1 @@
+"""Node facts: the drift of each declared node planned (plan.py) and written (apply.py)."""

@@ -3,9 +3,9 @@
 
 Commands live beside it, one module per area (reconciling.py: validate, plan, apply;
 gpu.py: the GPU facts; toolbox.py: import, rbac, placement, schemas, the sandbox;
-watching.py: watch). Each parses argv into a typed request, calls one operation, renders
-one view (views.py, in the output contract of output.py) and maps the result to an exit
-code. A command's module is imported when that command runs (COMMANDS), and modules that
+watching.py: watch). Each parses argv into a typed request, calls one operation, shows
+the result on the view `-o` chose (views.py, in the output contract of output.py) and
+maps the result to an exit code. A command's module is imported when that command runs (COMMANDS), and modules that
 need the `kubernetes` client inside the commands that talk to a cluster, so a command
 pays for its own imports only: `validate`, `sanitize` and `schemas` start fast, and
 `plan` sends its first request sooner.

@@ -9,16 +9,15 @@ summary table, then one section per cluster.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from reconcile.app.session import Session, Target
-from reconcile.cli.app import stderr, stdout
-from reconcile.cli.output import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, Format, Prefixed, for_cluster
+from reconcile.cli.app import stderr
+from reconcile.cli.output import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, name_first
 from reconcile.diagnostics import ReconcileError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -26,6 +25,7 @@ T = TypeVar("T")
 
 if TYPE_CHECKING:
     from reconcile.app.reconciling import ClusterApplied, FleetApplied, FleetPlanned
+    from reconcile.cli.views import View
     from reconcile.engine.fleet import Outcome
     from reconcile.kube.client import Cluster
 
@@ -40,37 +40,9 @@ def cluster_option(command: F) -> F:
     )(command)
 
 
-def name_first(cluster: str) -> str:
-    """A fleet's text lines on stdout: `<cluster> <line>`."""
-    return f"{cluster} "
-
-
-def _prefixed(
-    name: str | None, several: bool, out: TextIO, err: TextIO, first: Callable[[str], str]
-) -> tuple[TextIO, TextIO]:
-    if not several or name is None:
-        return out, err
-    return cast(TextIO, Prefixed(out, first(name))), cast(TextIO, Prefixed(err, f"{name}: "))
-
-
-def show_each(
-    outcomes: Sequence[Outcome[T]],
-    render: Callable[[T, TextIO, TextIO], None],
-    first: Callable[[str], str] = name_first,
-) -> list[str]:
-    """Render each cluster's value (each stdout line started with `first(cluster)` when
-    there are several); the failed clusters' `<cluster>: <error>` lines, returned for the
-    summary."""
-    several = len(outcomes) > 1
-    failed = []
-    for outcome in outcomes:
-        out, err = _prefixed(outcome.cluster, several, stdout(), stderr(), first)
-        with for_cluster(outcome.cluster if several else None):
-            if outcome.value is not None:
-                render(outcome.value, out, err)
-        if outcome.error is not None:
-            failed.append(f"{outcome.cluster}: {outcome.error}")
-    return failed
+def _failed(outcomes: Sequence[Outcome[Any]]) -> list[str]:
+    """The failed clusters as `<cluster>: <error>`, in the order run."""
+    return [f"{o.cluster}: {o.error}" for o in outcomes if o.error is not None]
 
 
 def fail_clusters(failed: Sequence[str], total: int) -> None:
@@ -84,35 +56,23 @@ def fail_clusters(failed: Sequence[str], total: int) -> None:
 
 def show_plans(
     planned: FleetPlanned,
-    output: Format,
+    view: View,
     out_file: Path | None,
     key: bytes | None,
     *,
     show_owner: bool,
 ) -> int:
-    """Each cluster's plan rendered, the fleet plan saved (signed with `key` when there is
+    """Each cluster's plan shown, the fleet plan saved (signed with `key` when there is
     one) unless a cluster failed; the exit code of the fleet."""
     from reconcile.app.reconciling import save_plan
-    from reconcile.cli.views import fleet_markdown, render_plan, write_json
 
-    saved = planned.saved
-    if output is Format.JSON:
-        write_json(saved.model_dump(mode="json"), stdout())
-    elif output is Format.MARKDOWN:
-        fleet_markdown(saved, stdout())
-    failed = (
-        [f"{name}: {error}" for name, error in saved.errors.items()]
-        if output in (Format.JSON, Format.MARKDOWN)
-        else show_each(
-            planned.outcomes,
-            lambda plan, out, err: render_plan(plan, output, out, err, show_owner=show_owner),
-        )
-    )
+    view.fleet_plan(planned, show_owner=show_owner)
+    failed = _failed(planned.outcomes)
     if out_file is not None:
         if failed:
             stderr().write(f"the fleet plan was not saved to {out_file}: a cluster failed\n")
         else:
-            save_plan(saved, out_file, key)
+            save_plan(planned.saved, out_file, key)
     fail_clusters(failed, len(planned.outcomes))
     return EXIT_DRIFT if planned.needs_attention else EXIT_OK
 
@@ -120,24 +80,26 @@ def show_plans(
 # --- apply ----------------------------------------------------------------------------------
 
 
-def show_applied(applied: FleetApplied, output: Format) -> int:
-    """Each cluster's apply rendered (with a note where the plan taken after it is not
-    empty); the exit code of the fleet, or one error naming the wave that stopped it."""
-    from reconcile.cli.views import render_apply
+def show_applied(applied: FleetApplied, view: View) -> int:
+    """Each cluster's apply shown on `view` as it comes, its lines prefixed when there are
+    several (with a note where the plan taken after it is not empty); the exit code of the
+    fleet, or one error naming the wave that stopped it."""
+    from reconcile.cli.views import each_cluster
 
     run = applied.run
 
-    def render(one: ClusterApplied, out: TextIO, err: TextIO) -> None:
-        render_apply(one.result, output, out, err)
+    def show(cluster_view: View, one: ClusterApplied) -> None:
+        cluster_view.apply(one.result)
         if one.result.ok and not one.converged:
             left = sum(1 for _ in one.after.lines()) + len(one.after.objects)
             errors = [f for f in one.after.findings if f.is_error]
-            err.write(
+            cluster_view.err.write(
                 f"not converged: the plan taken after apply still has {left} change(s) and "
                 f"{len(errors)} error finding(s)\n"
             )
 
-    failed = show_each(run.outcomes, render)
+    each_cluster(view, run.outcomes, show)
+    failed = _failed(run.outcomes)
     failed += [
         f"{o.cluster}: not converged" for o in run.outcomes if o.value and not o.value.converged
     ]
@@ -156,24 +118,23 @@ def show_applied(applied: FleetApplied, output: Format) -> int:
 
 def per_cluster(
     session: Session,
-    output: Format,
+    view: View,
     clusters: tuple[str, ...],
     work: Callable[[Target, Cluster], T],
-    show: Callable[[T, TextIO, TextIO], int],
+    show: Callable[[View, T], int],
     *,
     needs_desired: bool = True,
     first: Callable[[str], str] = name_first,
     check: Callable[[Mapping[str | None, T]], None] | None = None,
 ) -> int:
     """A read-only command on one cluster, or on each cluster of a fleet: `work` reads,
-    `show` renders and says the exit code. In a fleet: text lines started with
+    `show` shows on the view it is given and says the exit code. In a fleet the view
+    composes the clusters' outputs (`View.clusters`): text lines started with
     `first(cluster)` when several clusters run, `-o json` one document `{"kind":
     "FleetResult", "clusters": {...}}`, `-o markdown` a section per cluster; the exit code
     is the worst cluster's, 2 (with one `error:` line naming them) when any cluster
     failed. `check` sees every value read before anything is shown (by cluster when the
     lines are prefixed, else under None) and may refuse them all with a ReconcileError."""
-    import json
-
     from reconcile.app.targets import load_targets
     from reconcile.desired import fleet as desired_fleet
     from reconcile.desired.models import DesiredState
@@ -187,7 +148,7 @@ def per_cluster(
         value = work(targets[0], session.connect())
         if check is not None:
             check({None: value})
-        return show(value, stdout(), stderr())
+        return show(view, value)
     by_name = {t.name: t for t in targets}
     outcomes = fleets.each(
         [str(t.name) for t in targets],
@@ -197,36 +158,8 @@ def per_cluster(
         several = len(outcomes) > 1
         check({o.cluster if several else None: o.value for o in outcomes if o.value is not None})
     codes = [EXIT_OK]
-    if output in (Format.JSON, Format.MARKDOWN):
-        documents = {}
-        for outcome in outcomes:
-            if outcome.value is None:
-                continue
-            out, err = io.StringIO(), io.StringIO()
-            with for_cluster(outcome.cluster):
-                codes.append(show(outcome.value, out, err))
-            stderr().write(err.getvalue())
-            documents[outcome.cluster] = out.getvalue()
-        if output is Format.JSON:
-            from reconcile.cli.views import write_json
-            from reconcile.engine.plan import PLAN_API_VERSION
-
-            write_json(
-                {
-                    "apiVersion": PLAN_API_VERSION,
-                    "kind": "FleetResult",
-                    "clusters": {name: json.loads(text) for name, text in documents.items()},
-                    "errors": {o.cluster: o.error for o in outcomes if o.error is not None},
-                },
-                stdout(),
-            )
-        else:
-            for name, text in documents.items():
-                stdout().write(f"##### `{name}`\n\n{text}\n")
-        failed = [f"{o.cluster}: {o.error}" for o in outcomes if o.error is not None]
-    else:
-        failed = show_each(
-            outcomes, lambda value, out, err: codes.append(show(value, out, err)), first
-        )
-    fail_clusters(failed, len(targets))
+    view.clusters(
+        outcomes, lambda cluster_view, value: codes.append(show(cluster_view, value)), first
+    )
+    fail_clusters(_failed(outcomes), len(targets))
     return max(codes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -29,7 +29,6 @@ from reconcile.cli.output import (
     EXIT_OK,
     EXIT_SIGINT,
     Format,
-    audit_line,
     log,
     upgrade_line,
 )
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from reconcile.app.rollouts import RolledOut, UpgradeOptions
+    from reconcile.cli.views import View
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report
     from reconcile.gpu.rollout import RolloutDocument
@@ -61,17 +61,12 @@ def sanitize(session: Session, output: Format, values: tuple[str, ...]) -> int:
       reconcile sanitize "NVIDIA A100-SXM4-40GB"   ->   NVIDIA-A100-SXM4-40GB
     A value with nothing left is an error (exit 2), never an empty line.
     """
-    from reconcile.cli.views import write_json
+    from reconcile.cli.views import view_for
     from reconcile.kube.labels import sanitize_label_value
 
     results = [(value, sanitize_label_value(value)) for value in values]
     failed = [value for value, sanitized in results if not sanitized]
-    if output is Format.JSON:
-        write_json([{"input": v, "value": s or None} for v, s in results], stdout())
-    else:
-        for _, sanitized in results:
-            if sanitized:
-                stdout().write(sanitized + "\n")
+    view_for(output).sanitized(results)
     if len(failed) == 1:
         raise ReconcileError(
             f"{failed[0]!r} has no alphanumeric character to keep: it cannot be a label value"
@@ -94,22 +89,16 @@ def audit(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     One line `<node> <key> <reason>` per finding (missing, not-a-number, too-long,
     bad-format) and exit 1; otherwise the single line OK and exit 0.
     """
-    from reconcile.cli.views import render_findings
+    from reconcile.cli.views import view_for
     from reconcile.gpu import operations
 
-    def show(findings: list[AuditFinding], out: TextIO, err: TextIO) -> int:
-        render_findings(
-            [audit_line(f) for f in findings],
-            [{"node": f.node, "key": f.key, "reason": f.reason} for f in findings],
-            output,
-            out,
-            title="GPU label audit",
-        )
+    def show(view: View, findings: list[AuditFinding]) -> int:
+        view.audit(findings)
         return EXIT_DRIFT if findings else EXIT_OK
 
     return per_cluster(
         session,
-        output,
+        view_for(output),
         clusters,
         lambda _, cluster: operations.audit(cluster),
         show,
@@ -133,7 +122,7 @@ def drivers_tag(session: Session, output: Format, node: str | None, all_nodes: b
 
     A missing or empty part is an error (exit 2) naming the label, never an odd tag.
     """
-    from reconcile.cli.views import render_tags
+    from reconcile.cli.views import view_for
     from reconcile.gpu import operations
 
     if bool(node) == all_nodes:
@@ -141,7 +130,7 @@ def drivers_tag(session: Session, output: Format, node: str | None, all_nodes: b
     if node:
         check_node_name(node)
     found = operations.tags(session.connect(), node)
-    render_tags(found, output, stdout(), with_node=all_nodes)
+    view_for(output).tags(found, with_node=all_nodes)
     if problems := [t.problem for t in found if t.problem]:
         raise ReconcileError("; ".join(problems))
     return EXIT_OK
@@ -154,21 +143,22 @@ def drivers_tag(session: Session, output: Format, node: str | None, all_nodes: b
 def drivers_audit(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     """Every live GPU node whose driver image is not in desired/drivers/: `<node> MISSING <tag>`
     and exit 1; otherwise OK and exit 0. A node whose tag cannot be built is an error (exit 2)."""
-    from reconcile.cli.views import render_image_audit
+    from reconcile.cli.views import view_for
     from reconcile.gpu import operations
 
     broken: list[str] = []
 
-    def show(coverage: list[Coverage], out: TextIO, err: TextIO) -> int:
+    def show(view: View, coverage: list[Coverage]) -> int:
         # A node whose tag cannot be built is listed too (`<node> UNKNOWN <why>`): stdout
         # never says OK while the exit code says the audit could not be completed.
-        shown = render_image_audit(coverage, output, out)
-        broken.extend(f"{c.node}: {c.problem}" for c in shown if c.tag is None)
-        return EXIT_DRIFT if shown else EXIT_OK
+        missing = [c for c in coverage if not c.covered]
+        view.image_audit(missing)
+        broken.extend(f"{c.node}: {c.problem}" for c in missing if c.tag is None)
+        return EXIT_DRIFT if missing else EXIT_OK
 
     code = per_cluster(
         session,
-        output,
+        view_for(output),
         clusters,
         lambda target, cluster: operations.image_audit(target.state, cluster),
         show,
@@ -187,23 +177,25 @@ def report(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     SKEW= (GPU nodes whose driver image is missing), MATRIX_ROWS=, and per GPU node its
     tag and driver upgrade state, as shell-sourceable KEY=value lines (in a fleet, each
     cluster's variables start with its name: LAB__NODES=)."""
-    from reconcile.cli.views import render_report, report_clash, report_prefix
+    from reconcile.cli.views import report_prefix, view_for
     from reconcile.gpu import operations
 
-    def show(summary: Report, out: TextIO, err: TextIO) -> int:
-        render_report(summary, output, out)
+    view = view_for(output)
+
+    def show(shown: View, summary: Report) -> int:
+        shown.report(summary)
         for node in summary.nodes:
             if node.problem:
                 log.warning("%s: %s", node.name, node.problem)
         return EXIT_OK
 
     def one_variable_each(reports: Mapping[str | None, Report]) -> None:
-        if output is Format.TEXT and (clash := report_clash(reports)) is not None:
-            raise ReconcileError(clash)
+        if (refusal := view.report_refusal(reports)) is not None:
+            raise ReconcileError(refusal)
 
     return per_cluster(
         session,
-        output,
+        view,
         clusters,
         lambda target, cluster: operations.report(target.state, cluster),
         show,
@@ -319,19 +311,22 @@ def upgrade(
     request = rollouts.DriverUpgrade(
         version, nodes, selector, pacing, document=output is Format.JSON, **options
     ).checked()
-    view = _UpgradeView(output, dry_run=request.dry_run)
+    from reconcile.cli.views import view_for
+
+    view = _UpgradeView(view_for(output), dry_run=request.dry_run)
     result = rollouts.upgrade(session, request, view)
     view.render(result)
     return view.exit_code(result)
 
 
 class _UpgradeView:
-    """`upgrade`'s output. One node: each step as it happens. A pool: its batches (text),
-    `<node> <state>` per state change (text) under a progress line on a terminal, then
-    its Rollout document (json). Then desired/'s notes, and the exit code."""
+    """`upgrade`'s output. One node: each step as it happens. A pool: what `view` shows
+    of it (text: its batches, `<node> <state>` per state change under a progress line on
+    a terminal; json: its Rollout document at the end). Then desired/'s notes, and the
+    exit code."""
 
-    def __init__(self, output: Format, *, dry_run: bool) -> None:
-        self.output = output
+    def __init__(self, view: View, *, dry_run: bool) -> None:
+        self.view = view
         self.marker = " (dry run)" if dry_run else ""
         self.progress = Phases()
 
@@ -343,35 +338,21 @@ class _UpgradeView:
         stdout().flush()
 
     def planned(self, rollout: RolloutDocument) -> None:
-        if self.output is not Format.TEXT:
-            return
-        lines = [f"{node} done (already on {rollout.driver})" for node in rollout.alreadyDone]
-        lines += [
-            f"batch {number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}"
-            for number, b in enumerate(rollout.batches, 1)
-        ]
-        stdout().write("".join(line + self.marker + "\n" for line in lines))
-        stdout().flush()
+        self.view.rollout_planned(rollout, self.marker)
 
     def detail(self, step: Step) -> None:
         log.debug("%s", upgrade_line(step))
 
     def moved(self, node: str, state: str, done: int, started: int) -> None:
-        if self.output is Format.TEXT:
-            self.progress.done()
-            stdout().write(f"{node} {state}\n")
-            stdout().flush()
+        self.view.rollout_moved(node, state, clear=self.progress.done)
         self.progress(f"rollout: {done} done, {started} started")
 
     def render(self, result: NodeUpgraded | RolledOut) -> None:
-        from reconcile.cli.views import write_json
-
         if isinstance(result, NodeUpgraded):
             return
         if result.outcome is not None:
             self.progress.done()
-        if self.output is Format.JSON:
-            write_json(result.document.model_dump(mode="json"), stdout())
+        self.view.rollout(result.document)
         for line in result.desired.written:
             log.info("%s: commit it", line)
         for line in result.desired.left_alone:

@@ -84,6 +84,11 @@ def placement_line(result: Placement) -> str:
     return line
 
 
+def name_first(cluster: str) -> str:
+    """A fleet's text lines on stdout: `<cluster> <line>`."""
+    return f"{cluster} "
+
+
 def audit_line(finding: AuditFinding) -> str:
     return f"{finding.node} {finding.key} {finding.reason}"
 

@@ -21,7 +21,6 @@ from reconcile.cli.app import (
     parallel_option,
     progress_bar,
     stderr,
-    stdout,
 )
 from reconcile.cli.fleets import cluster_option
 from reconcile.cli.output import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, Format
@@ -38,10 +37,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 def validate(session: Session, output: Format) -> int:
     """Check every file under desired/ without a cluster; print every problem as file:line:col."""
     from reconcile.app.targets import load_tree
-    from reconcile.cli.views import render_validation
+    from reconcile.cli.views import view_for
 
     problems = load_tree(session, coverage_check=True).problems
-    render_validation(problems, output, stdout(), stderr())
+    view_for(output).validation(problems)
     return EXIT_ERROR if diag.has_errors(problems) else EXIT_OK
 
 
@@ -139,11 +138,12 @@ def plan(
     )
     from reconcile.cli import fleets, views  # imported while the nodes were read
 
+    view = views.view_for(output)
     if isinstance(planned, reconciling.FleetPlanned):
-        return fleets.show_plans(planned, output, out_file, key, show_owner=show_owner)
+        return fleets.show_plans(planned, view, out_file, key, show_owner=show_owner)
     if out_file is not None:
         reconciling.save_plan(planned, out_file, key)
-    views.render_plan(planned, output, stdout(), stderr(), show_owner=show_owner)
+    view.plan(planned, show_owner=show_owner)
     return EXIT_DRIFT if planned.needs_attention else EXIT_OK
 
 
@@ -197,9 +197,10 @@ def apply(
     )
     from reconcile.cli import fleets, views
 
+    view = views.view_for(output)
     if isinstance(applied, reconciling.FleetApplied):
-        return fleets.show_applied(applied, output)
-    views.render_apply(applied.result, output, stdout(), stderr())
+        return fleets.show_applied(applied, view)
+    view.apply(applied.result)
     if applied.stopped_by is not None:
         stderr().write(
             f"interrupted: what was applied is printed above; {len(applied.result.skipped)} "

@@ -46,25 +46,28 @@ def placement_command(
     `<kind>/<namespace>/<name> PENDING <the scheduler's reason>`. Exit 1 if anything cannot
     be placed in full."""
     from reconcile.cli.fleets import per_cluster
-    from reconcile.cli.views import render_placement
+    from reconcile.cli.views import View, view_for
     from reconcile.engine.placement import Placement, placement
 
-    def show(results: list[Placement], out: TextIO, err: TextIO) -> int:
-        render_placement(results, output, out)
+    view = view_for(output)
+
+    def show(shown: View, results: list[Placement]) -> int:
+        shown.placement(results)
         return EXIT_OK if all(r.ok for r in results) else EXIT_DRIFT
 
     if source == "desired":  # offline: desired/nodes alone, per cluster of a fleet
         targets = load_targets(session, clusters).targets
         code = EXIT_OK
         for target in targets:
-            out, err = stdout(), stderr()
+            target_view = view
             if len(targets) > 1:
-                out = cast(TextIO, Prefixed(out, f"{target.name} "))
-            code = max(code, show(placement(target.state, None), out, err))
+                prefixed = cast(TextIO, Prefixed(view.out, f"{target.name} "))
+                target_view = view.to(prefixed, view.err)
+            code = max(code, show(target_view, placement(target.state, None)))
         return code
     return per_cluster(
         session,
-        output,
+        view,
         clusters,
         lambda target, cluster: placement(target.state, cluster.list_nodes()),
         show,
@@ -113,7 +116,7 @@ def import_command(
     Files that exist are updated in place (comments, key order and quoting kept; only
     changed values change); new nodes get a new file. Prints one line per file written.
     """
-    from reconcile.cli.views import render_import
+    from reconcile.cli.views import view_for
     from reconcile.desired.reader import load_desired
     from reconcile.engine.imports import ImportRequest, plan_import, refused_prefix, write_import
     from reconcile.gpu.provenance import DISCOVERED_PREFIXES, OPERATOR_PREFIXES
@@ -145,7 +148,7 @@ def import_command(
             log.info("%s", change.note)
     if not dry_run:
         write_import(session.desired, changes)
-    render_import(changes, output, stdout(), dry_run=dry_run)
+    view_for(output).imports(changes, dry_run=dry_run)
     return EXIT_OK
 
 
@@ -167,7 +170,7 @@ def rbac_command(
     desired/, and nothing more: workload verbs only in the namespaces desired/ declares
     objects in, for the kinds it declares there. Offline; `kubectl apply -f` the output.
     """
-    from reconcile.cli.views import render_rbac
+    from reconcile.cli.views import view_for
     from reconcile.engine import rbac
     from reconcile.gpu import operations as gpu
 
@@ -175,7 +178,7 @@ def rbac_command(
     if problem:
         raise ReconcileError(f"--service-account {problem}")
     state = one_target(session, cluster, "rbac").state
-    render_rbac(rbac.objects(state, service_account, gpu.RBAC), output, stdout())
+    view_for(output).rbac(rbac.objects(state, service_account, gpu.RBAC))
     return EXIT_OK
 
 

@@ -1,25 +1,36 @@
-"""Rendering plans, apply results and diagnostics as text, JSON or markdown.
+"""The views: one per output format, chosen once per command by `view_for`.
 
-Views only draw: they receive finished values and the streams to write to. Text output
-on stdout is the drift-line contract (`<node> <key> <value>`, sorted, one per line,
-nothing else); notes for people go to the error stream.
+A command asks its view to show each result (`view.plan(plan)`, `view.apply(result)`)
+and never looks at the format again. `TextView` writes the lines of the output contract
+(output.py; `wide` adds the live value and the owner); `JsonView` builds one document per
+result and writes it with one writer; `MarkdownView` builds one section per result, for a
+pull-request comment. In a fleet a view composes the clusters' outputs (`clusters`,
+`fleet_plan`): text lines prefixed as they come, one JSON document holding each cluster's,
+one markdown section per cluster. Views only draw: they receive finished values and the
+streams to write to; notes for people go to the error stream.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import io
 import json
 import re
 import shlex
+import sys
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar, cast
 
 from reconcile.cli.output import (
     Format,
+    Prefixed,
+    audit_line,
     finding_line,
+    for_cluster,
     log,
+    name_first,
     node_line,
     object_lines,
     placement_line,
@@ -31,41 +42,341 @@ from reconcile.kube import labels
 # What the views show, for their signatures only: `validate` renders its problems without
 # importing the engine (a view that needs one of its constants imports it where it does).
 if TYPE_CHECKING:
+    from typing import Self
+
+    from reconcile.app.reconciling import FleetPlanned
     from reconcile.engine.diff import FieldChange, NodeChange
-    from reconcile.engine.fleet import FleetPlan
+    from reconcile.engine.fleet import Outcome
     from reconcile.engine.imports import FileChange
     from reconcile.engine.placement import Placement
-    from reconcile.engine.plan import MissingNode, Plan
+    from reconcile.engine.plan import MissingNode, ObjectPlan, Plan
     from reconcile.engine.rbac import RbacObject
     from reconcile.engine.results import ApplyResult
-    from reconcile.gpu.drivers import Coverage
+    from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report, Tag
+    from reconcile.gpu.rollout import RolloutDocument
+
+T = TypeVar("T")
+
+
+def view_for(output: Format, out: TextIO | None = None, err: TextIO | None = None) -> View:
+    """The view of `output`, writing results to `out` and notes and errors to `err`
+    (stdout and stderr unless given)."""
+    streams = (out or sys.stdout, err or sys.stderr)
+    if output is Format.JSON:
+        return JsonView(*streams)
+    if output is Format.MARKDOWN:
+        return MarkdownView(*streams)
+    return TextView(*streams, wide=output is Format.WIDE)
 
 
 def write_json(document: Any, out: TextIO) -> None:
+    """The one way a JSON document is written: indented by two, keys in their order."""
     json.dump(document, out, indent=2, sort_keys=False)
     out.write("\n")
 
 
-def render_findings(
-    lines: Sequence[str],
-    documents: Sequence[dict[str, Any]],
-    fmt: Format,
-    out: TextIO,
-    *,
-    title: str,
+def each_cluster(
+    view: View,
+    outcomes: Sequence[Outcome[T]],
+    show: Callable[[View, T], object],
+    first: Callable[[str], str] = name_first,
 ) -> None:
-    """Audit-style results: one line per finding, or the single line OK."""
-    if fmt is Format.JSON:
-        write_json({"ok": not lines, "findings": list(documents)}, out)
-    elif fmt is Format.MARKDOWN:
-        out.write(f"#### reconcile {title}\n\n")
-        out.write("".join(f"- {_code(line, cell=False)}\n" for line in lines) if lines else "OK\n")
-    else:
-        out.write("".join(f"{line}\n" for line in lines) if lines else "OK\n")
+    """Each cluster's value shown by `show` as it comes, on `view`; with several clusters,
+    on `view` writing each stdout line started by `first(cluster)` and each stderr line
+    (and note) by `<cluster>: `."""
+    several = len(outcomes) > 1
+    for outcome in outcomes:
+        shown = view
+        if several:
+            shown = view.to(
+                cast(TextIO, Prefixed(view.out, first(outcome.cluster))),
+                cast(TextIO, Prefixed(view.err, f"{outcome.cluster}: ")),
+            )
+        with for_cluster(outcome.cluster if several else None):
+            if outcome.value is not None:
+                show(shown, outcome.value)
 
 
-# --- report --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class View:
+    """What a command shows, one method per result, in one format. A result a format has
+    no rendering of raises NotImplementedError: `outputs()` refuses that format before
+    the command runs."""
+
+    out: TextIO
+    err: TextIO
+
+    def to(self, out: TextIO, err: TextIO) -> Self:
+        """This view, writing to `out` and `err` instead."""
+        return dataclasses.replace(self, out=out, err=err)
+
+    def _unrendered(self, what: str) -> NotImplementedError:
+        return NotImplementedError(f"{type(self).__name__} has no rendering of {what}")
+
+    # --- fleets -----------------------------------------------------------------------------
+
+    def clusters(
+        self,
+        outcomes: Sequence[Outcome[T]],
+        show: Callable[[View, T], object],
+        first: Callable[[str], str] = name_first,
+    ) -> None:
+        """Each cluster's value shown by `show` on a view of this format; the failed
+        clusters are the caller's to report."""
+        raise self._unrendered("a fleet")
+
+    def fleet_plan(self, planned: FleetPlanned, *, show_owner: bool = False) -> None:
+        """Every cluster's plan."""
+        raise self._unrendered("a fleet plan")
+
+    # --- the results ------------------------------------------------------------------------
+
+    def plan(self, plan: Plan, *, show_owner: bool = False) -> None:
+        raise self._unrendered("a plan")
+
+    def apply(self, result: ApplyResult) -> None:
+        raise self._unrendered("an apply result")
+
+    def validation(self, diagnostics: Sequence[Diagnostic]) -> None:
+        raise self._unrendered("a validation")
+
+    def audit(self, findings: Sequence[AuditFinding]) -> None:
+        """The label audit: one line per finding, or the single line OK."""
+        raise self._unrendered("a label audit")
+
+    def image_audit(self, missing: Sequence[Coverage]) -> None:
+        """The GPU nodes whose driver image is missing (`<node> MISSING <tag>`) or whose
+        tag cannot be built (`<node> UNKNOWN <why>`), or OK."""
+        raise self._unrendered("an image audit")
+
+    def tags(self, tags: Sequence[Tag], *, with_node: bool) -> None:
+        """The tags that could be built (`<tag>`, or `<node> <tag>` `with_node`); the
+        others are the command's error."""
+        raise self._unrendered("driver tags")
+
+    def report(self, report: Report) -> None:
+        raise self._unrendered("a report")
+
+    def report_refusal(self, reports: Mapping[str | None, Report]) -> str | None:
+        """Why `reports` cannot be shown in this format, or None."""
+        return None
+
+    def placement(self, results: Sequence[Placement]) -> None:
+        raise self._unrendered("placement")
+
+    def rbac(self, objects: Sequence[RbacObject]) -> None:
+        raise self._unrendered("RBAC objects")
+
+    def imports(self, changes: Sequence[FileChange], *, dry_run: bool) -> None:
+        """`dry_run`: the unified diff of every file; else one line per file written."""
+        raise self._unrendered("an import")
+
+    def sanitized(self, results: Sequence[tuple[str, str]]) -> None:
+        """The (input, label value) pairs; a value "" could not be made."""
+        raise self._unrendered("sanitized values")
+
+    def rollout_planned(self, rollout: RolloutDocument, marker: str) -> None:
+        """A pool's rollout before it starts: the nodes already done, then each batch
+        (each line ending with `marker`)."""
+        raise self._unrendered("a rollout")
+
+    def rollout_moved(self, node: str, state: str, *, clear: Callable[[], None]) -> None:
+        """A node of a pool moved to `state`; `clear` clears the terminal's progress line
+        before anything is written."""
+        raise self._unrendered("a rollout")
+
+    def rollout(self, document: RolloutDocument) -> None:
+        """A pool's rollout when it ends."""
+        raise self._unrendered("a rollout")
+
+    def watched_nodes(
+        self, when: str, event: str, node: str, changes: Sequence[NodeChange]
+    ) -> None:
+        """A watch's `event` (drift, corrected) on a node's facts at `when`, flushed."""
+        raise self._unrendered("a watch")
+
+    def watched_objects(self, when: str, event: str, objects: Sequence[ObjectPlan]) -> None:
+        """A watch's `event` (drift, corrected) on workload objects at `when`, flushed."""
+        raise self._unrendered("a watch")
+
+
+# --- text ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextView(View):
+    """The line contract of output.py on stdout, notes and errors on stderr; `wide` adds
+    the live value (and a node fact's owner) to plan and apply lines."""
+
+    wide: bool = False
+
+    def clusters(
+        self,
+        outcomes: Sequence[Outcome[T]],
+        show: Callable[[View, T], object],
+        first: Callable[[str], str] = name_first,
+    ) -> None:
+        each_cluster(self, outcomes, show, first)
+
+    def fleet_plan(self, planned: FleetPlanned, *, show_owner: bool = False) -> None:
+        each_cluster(self, planned.outcomes, lambda view, p: view.plan(p, show_owner=show_owner))
+
+    def plan(self, plan: Plan, *, show_owner: bool = False) -> None:
+        out, err = self.out, self.err
+        for node, change in plan.lines():
+            out.write(node_line(node, change, show_owner=show_owner, wide=self.wide) + "\n")
+        for obj in plan.objects:
+            out.writelines(line + "\n" for line in object_lines(obj, wide=self.wide))
+        for missing in plan.missingNodes:
+            err.write(_missing_note(missing) + "\n")
+        _absent_notes(plan.absentNodes)
+        for finding in plan.findings:
+            if finding.severity is Severity.ERROR:
+                err.write(finding_line(finding, err) + "\n")
+            else:
+                log.warning("%s: %s", finding.subject, finding.message)
+        if plan.prunable:
+            log.info(
+                "%d label(s) set by reconcile are no longer declared; `--prune` removes them",
+                len(plan.prunable),
+            )
+        if plan.prunableObjects:
+            log.info(
+                "%d object(s) applied by reconcile are no longer in desired/ (%s); `--prune` "
+                "deletes them",
+                len(plan.prunableObjects),
+                ", ".join(plan.prunableObjects),
+            )
+        for never in plan.neverPruned:
+            log.info(
+                "%s is in reconcile's inventory of applied objects, but a Node is never "
+                "pruned: left alone, and dropped from the inventory by the next apply "
+                "(declare node facts in desired/nodes/ or desired/groups/)",
+                never,
+            )
+
+    def apply(self, result: ApplyResult) -> None:
+        for node, change in result.lines():
+            self.out.write(node_line(node, change, wide=self.wide) + "\n")
+        for obj in result.changed_objects():
+            self.out.writelines(line + "\n" for line in object_lines(obj, wide=self.wide))
+        _absent_notes(result.absentNodes)
+        for node_result in result.nodes:
+            if node_result.note:
+                log.info("%s: %s", node_result.name, node_result.note)
+        for obj_result in result.objects:
+            if obj_result.note:
+                log.info("%s: %s", obj_result.id, obj_result.note)
+        err = self.err
+        for rejected in result.rejected:
+            err.write(f"rejected: {rejected}\n")
+        if result.rejected:
+            err.write(f"error: {len(result.rejected)} refusal(s) above: nothing was applied\n")
+        for failed in result.failed:
+            err.write(f"{failed.name}: not converged: {failed.error}\n")
+        for failed_object in result.failed_objects:
+            err.write(f"{failed_object.id}: not applied: {failed_object.error}\n")
+        for missing in result.missingNodes:
+            err.write(_missing_note(missing) + "\n")
+
+    def validation(self, diagnostics: Sequence[Diagnostic]) -> None:
+        render_diagnostics(diagnostics, self.err)
+
+    def audit(self, findings: Sequence[AuditFinding]) -> None:
+        self._findings([audit_line(f) for f in findings])
+
+    def image_audit(self, missing: Sequence[Coverage]) -> None:
+        self._findings([_coverage_line(c) for c in missing])
+
+    def _findings(self, lines: Sequence[str]) -> None:
+        self.out.write("".join(f"{line}\n" for line in lines) if lines else "OK\n")
+
+    def tags(self, tags: Sequence[Tag], *, with_node: bool) -> None:
+        for tag in tags:
+            if tag.tag is not None:
+                self.out.write(f"{tag.node} {tag.tag}\n" if with_node else f"{tag.tag}\n")
+
+    def report(self, report: Report) -> None:
+        """`KEY=value` lines safe to `source`: the counts, then TAG and UPGRADE_STATE per
+        node (variable name from the node's name, value quoted by `sh_value`)."""
+        for variable, value, _ in report_variables(report):
+            self.out.write(f"{variable}={sh_value(value)}\n")
+
+    def report_refusal(self, reports: Mapping[str | None, Report]) -> str | None:
+        return report_clash(reports)
+
+    def placement(self, results: Sequence[Placement]) -> None:
+        self.out.writelines(placement_line(r) + "\n" for r in results)
+
+    def rbac(self, objects: Sequence[RbacObject]) -> None:
+        """YAML for `kubectl apply -f`, with a comment saying why each rule is there."""
+        self.out.write(rbac_yaml(objects))
+
+    def imports(self, changes: Sequence[FileChange], *, dry_run: bool) -> None:
+        for change in changes:
+            if dry_run:
+                self.out.writelines(_unified(change))
+            else:
+                self.out.write(f"{change.path} {change.labels} label(s)\n")
+
+    def sanitized(self, results: Sequence[tuple[str, str]]) -> None:
+        self.out.writelines(value + "\n" for _, value in results if value)
+
+    def rollout_planned(self, rollout: RolloutDocument, marker: str) -> None:
+        lines = [f"{node} done (already on {rollout.driver})" for node in rollout.alreadyDone]
+        lines += [
+            f"batch {number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}"
+            for number, b in enumerate(rollout.batches, 1)
+        ]
+        self.out.write("".join(line + marker + "\n" for line in lines))
+        self.out.flush()
+
+    def rollout_moved(self, node: str, state: str, *, clear: Callable[[], None]) -> None:
+        clear()
+        self.out.write(f"{node} {state}\n")
+        self.out.flush()
+
+    def rollout(self, document: RolloutDocument) -> None:
+        """Nothing: each node's state was shown as it moved."""
+
+    def watched_nodes(
+        self, when: str, event: str, node: str, changes: Sequence[NodeChange]
+    ) -> None:
+        self._watched(when, [node_line(node, c) for c in changes])
+
+    def watched_objects(self, when: str, event: str, objects: Sequence[ObjectPlan]) -> None:
+        self._watched(when, [line for obj in objects for line in object_lines(obj)])
+
+    def _watched(self, when: str, lines: Sequence[str]) -> None:
+        self.out.writelines(f"{when} {line}\n" for line in lines)
+        self.out.flush()
+
+
+def _coverage_line(coverage: Coverage) -> str:
+    if coverage.tag is None:
+        return f"{coverage.node} UNKNOWN {coverage.problem}"
+    return f"{coverage.node} MISSING {coverage.tag}"
+
+
+def _missing_note(missing: MissingNode) -> str:
+    return f"{missing.name}: declared in {missing.source} but not found in the cluster"
+
+
+def _absent_notes(absent: Sequence[MissingNode]) -> None:
+    for node in absent:
+        log.info("%s: declared in %s, absent from the cluster, and may be", node.name, node.source)
+
+
+def render_diagnostics(diagnostics: Sequence[Diagnostic], err: TextIO) -> None:
+    """Errors compiler style (`file:line:col: message`) on `err`; warnings logged."""
+    for diagnostic in diagnostics:
+        if diagnostic.severity is Severity.ERROR:
+            err.write(f"{diagnostic}\n")
+            continue
+        where = f"{diagnostic.source}: " if diagnostic.source else ""
+        tag = severity_prefix(diagnostic.severity, err)
+        log.warning("%s%s %s", where, tag, diagnostic.message, extra={"plain": True})
 
 
 def sh_value(value: str) -> str:
@@ -73,27 +384,6 @@ def sh_value(value: str) -> str:
     (`550-5.15.0-119-generic-ubuntu22.04`), single-quoted otherwise. Label values from a
     proxy or a server that does not validate can hold `$(...)`, backticks or newlines."""
     return shlex.quote(value) if value else ""
-
-
-def render_report(report: Report, fmt: Format, out: TextIO) -> None:
-    """`KEY=value` lines safe to `source`: the counts, then TAG and UPGRADE_STATE per node
-    (variable name from the node's name, value quoted by `sh_value`); or JSON."""
-    if fmt is Format.JSON:
-        write_json(
-            {
-                "nodes": len(report.nodes),
-                "skew": report.skew,
-                "matrixRows": report.matrix_rows,
-                "gpuNodes": [
-                    {"name": n.name, "tag": n.tag, "upgradeState": n.upgrade_state}
-                    for n in report.nodes
-                ],
-            },
-            out,
-        )
-        return
-    for variable, value, _ in report_variables(report):
-        out.write(f"{variable}={sh_value(value)}\n")
 
 
 def report_variables(report: Report) -> list[tuple[str, str, str | None]]:
@@ -142,41 +432,151 @@ def report_clash(reports: Mapping[str | None, Report]) -> str | None:
     return None
 
 
-def render_tags(tags: Sequence[Tag], fmt: Format, out: TextIO, *, with_node: bool) -> None:
-    """The tags that could be built (`<tag>`, or `<node> <tag>` for --all); the others
-    are the command's error."""
-    built = [t for t in tags if t.tag is not None]
-    if fmt is Format.JSON:
-        write_json([{"node": t.node, "tag": t.tag} for t in built], out)
-        return
-    for tag in built:
-        out.write(f"{tag.node} {tag.tag}\n" if with_node else f"{tag.tag}\n")
-
-
-def render_image_audit(coverage: Sequence[Coverage], fmt: Format, out: TextIO) -> list[Coverage]:
-    """`<node> MISSING <tag>`, `<node> UNKNOWN <why>`, or OK; the nodes shown."""
-    shown = [c for c in coverage if not c.covered]
-    render_findings(
-        [
-            f"{c.node} UNKNOWN {c.problem}" if c.tag is None else f"{c.node} MISSING {c.tag}"
-            for c in shown
-        ],
-        [
-            {"node": c.node, "tag": None, "problem": c.problem}
-            if c.tag is None
-            else {"node": c.node, "tag": c.tag}
-            for c in shown
-        ],
-        fmt,
-        out,
-        title="driver image audit",
+def _unified(change: FileChange) -> Iterable[str]:
+    return difflib.unified_diff(
+        change.before.splitlines(keepends=True),
+        change.after.splitlines(keepends=True),
+        fromfile=str(change.path) if change.before else "/dev/null",
+        tofile=str(change.path),
     )
-    return shown
 
 
-def render_placement(results: Sequence[Placement], fmt: Format, out: TextIO) -> None:
-    if fmt is Format.JSON:
-        write_json(
+# What the YAML output says first: where it comes from and when to regenerate it.
+_RBAC_HEADER: Final = (
+    "The least privilege reconcile needs (plan, apply --prune/--recreate, watch, upgrade,",
+    "audit, report, import, placement) for the desired/ tree this was generated from, by",
+    "`reconcile rbac`. Regenerate it when desired/ changes; keep the old grants until",
+    "`apply --prune` has deleted what left desired/. Discovery (/api, /apis) needs no",
+    "grant: the default system:discovery role allows it to every authenticated user.",
+)
+
+
+def rbac_yaml(objects: Sequence[RbacObject]) -> str:
+    """The objects as YAML for `kubectl apply -f`, with a comment saying why each rule
+    is there."""
+    from reconcile.desired.writer import dump_documents
+
+    comments: dict[tuple[str | int, ...], str] = {}
+    for index, obj in enumerate(objects):
+        lines = [*(_RBAC_HEADER if index == 0 else ()), *_wrapped(obj.comment)]
+        if lines:
+            comments[(index,)] = "\n".join(lines)
+        for rule, why in enumerate(obj.rule_comments):
+            if why:
+                comments[(index, "rules", rule)] = "\n".join(_wrapped(why))
+    return dump_documents([o.document for o in objects], comments)
+
+
+def _wrapped(comment: str) -> list[str]:
+    return textwrap.wrap(comment, width=88) if comment else []
+
+
+# --- composed: json and markdown -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Composed(View):
+    """A view whose results are values (a JSON document, a markdown section), written by
+    one writer, or kept (`kept` not None) for a fleet to compose."""
+
+    kept: list[Any] | None = None
+
+    def _write(self, value: Any) -> None:
+        if self.kept is None:
+            self._emit(value)
+        else:
+            self.kept.append(value)
+
+    def _emit(self, value: Any) -> None:
+        raise NotImplementedError
+
+    def _each(
+        self, outcomes: Sequence[Outcome[T]], show: Callable[[View, T], object]
+    ) -> dict[str, Any]:
+        """Each cluster's value (the clusters that have one) shown by `show`, its notes
+        started by `<cluster>: `: what it kept, by cluster."""
+        kept: dict[str, Any] = {}
+        for outcome in outcomes:
+            if outcome.value is None:
+                continue
+            section = dataclasses.replace(self, kept=[])
+            with for_cluster(outcome.cluster):
+                show(section, outcome.value)
+            (kept[outcome.cluster],) = cast(list[Any], section.kept)
+        return kept
+
+
+@dataclass(frozen=True)
+class JsonView(_Composed):
+    """One JSON document per result on stdout."""
+
+    def _emit(self, value: Any) -> None:
+        write_json(value, self.out)
+
+    def clusters(
+        self,
+        outcomes: Sequence[Outcome[T]],
+        show: Callable[[View, T], object],
+        first: Callable[[str], str] = name_first,
+    ) -> None:
+        """A FleetResult: each cluster's document under `clusters`, the failed clusters'
+        errors under `errors`."""
+        from reconcile.engine.plan import PLAN_API_VERSION
+
+        documents = self._each(outcomes, show)
+        self._write(
+            {
+                "apiVersion": PLAN_API_VERSION,
+                "kind": "FleetResult",
+                "clusters": documents,
+                "errors": {o.cluster: o.error for o in outcomes if o.error is not None},
+            }
+        )
+
+    def fleet_plan(self, planned: FleetPlanned, *, show_owner: bool = False) -> None:
+        """The FleetPlan (what `plan --out` saves)."""
+        self._write(planned.saved.model_dump(mode="json"))
+
+    def plan(self, plan: Plan, *, show_owner: bool = False) -> None:
+        """The plan document (what `plan --out` saves)."""
+        self._write(plan.model_dump(mode="json"))
+
+    def apply(self, result: ApplyResult) -> None:
+        from reconcile.cli.documents import ApplyDocument
+
+        self._write(ApplyDocument.of(result).model_dump(mode="json"))
+
+    def validation(self, diagnostics: Sequence[Diagnostic]) -> None:
+        from reconcile.cli.documents import ValidationDocument
+
+        self._write(ValidationDocument.of(diagnostics).model_dump(mode="json"))
+
+    def audit(self, findings: Sequence[AuditFinding]) -> None:
+        self._findings([{"node": f.node, "key": f.key, "reason": f.reason} for f in findings])
+
+    def image_audit(self, missing: Sequence[Coverage]) -> None:
+        self._findings(
+            [
+                {"node": c.node, "tag": None, "problem": c.problem}
+                if c.tag is None
+                else {"node": c.node, "tag": c.tag}
+                for c in missing
+            ]
+        )
+
+    def _findings(self, findings: list[dict[str, Any]]) -> None:
+        self._write({"ok": not findings, "findings": findings})
+
+    def tags(self, tags: Sequence[Tag], *, with_node: bool) -> None:
+        self._write([{"node": t.node, "tag": t.tag} for t in tags if t.tag is not None])
+
+    def report(self, report: Report) -> None:
+        from reconcile.cli.documents import ReportDocument
+
+        self._write(ReportDocument.of(report).model_dump(mode="json"))
+
+    def placement(self, results: Sequence[Placement]) -> None:
+        self._write(
             [
                 {
                     "workload": r.template.id,
@@ -185,119 +585,219 @@ def render_placement(results: Sequence[Placement], fmt: Format, out: TextIO) -> 
                     "reason": r.reason,
                 }
                 for r in results
+            ]
+        )
+
+    def rbac(self, objects: Sequence[RbacObject]) -> None:
+        """A v1 List."""
+        self._write({"apiVersion": "v1", "kind": "List", "items": [o.document for o in objects]})
+
+    def imports(self, changes: Sequence[FileChange], *, dry_run: bool) -> None:
+        self._write(
+            [
+                {
+                    "path": str(c.path),
+                    "labels": c.labels,
+                    "new": not c.before,
+                    "written": not dry_run,
+                    "diff": "".join(_unified(c)),
+                }
+                for c in changes
+            ]
+        )
+
+    def sanitized(self, results: Sequence[tuple[str, str]]) -> None:
+        self._write([{"input": v, "value": s or None} for v, s in results])
+
+    def rollout_planned(self, rollout: RolloutDocument, marker: str) -> None:
+        """Nothing: the document at the end holds the batches."""
+
+    def rollout_moved(self, node: str, state: str, *, clear: Callable[[], None]) -> None:
+        """Nothing: the document at the end holds each node's state."""
+
+    def rollout(self, document: RolloutDocument) -> None:
+        self._write(document.model_dump(mode="json"))
+
+    def watched_nodes(
+        self, when: str, event: str, node: str, changes: Sequence[NodeChange]
+    ) -> None:
+        """One JSON line per change (JSON Lines, keys sorted)."""
+        self._watched(
+            when,
+            [{"event": event, "node": node, **c.model_dump(mode="json")} for c in changes],
+        )
+
+    def watched_objects(self, when: str, event: str, objects: Sequence[ObjectPlan]) -> None:
+        """One JSON line per object (JSON Lines, keys sorted)."""
+        self._watched(
+            when,
+            [
+                {
+                    "event": event,
+                    "object": obj.id,
+                    "action": obj.action,
+                    "changes": [c.model_dump(mode="json") for c in obj.changes],
+                }
+                for obj in objects
             ],
-            out,
         )
-        return
-    out.writelines(placement_line(r) + "\n" for r in results)
 
-
-# --- diagnostics ---------------------------------------------------------------------------
-
-
-def diagnostic_json(diagnostic: Diagnostic) -> dict[str, Any]:
-    source = diagnostic.source
-    return {
-        "severity": str(diagnostic.severity),
-        "summary": diagnostic.summary,
-        "detail": diagnostic.detail,
-        "file": source.file if source else None,
-        "line": source.line if source else None,
-        "column": source.column if source else None,
-    }
-
-
-def render_diagnostics(diagnostics: Sequence[Diagnostic], err: TextIO) -> None:
-    for diagnostic in diagnostics:
-        if diagnostic.severity is Severity.ERROR:
-            err.write(f"{diagnostic}\n")  # compiler style: `file:line:col: message`
-            continue
-        where = f"{diagnostic.source}: " if diagnostic.source else ""
-        tag = severity_prefix(diagnostic.severity, err)
-        log.warning("%s%s %s", where, tag, diagnostic.message, extra={"plain": True})
-
-
-def render_validation(
-    diagnostics: Sequence[Diagnostic], fmt: Format, out: TextIO, err: TextIO
-) -> None:
-    errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
-    warnings = len(diagnostics) - errors
-    if fmt is Format.JSON:
-        from reconcile.engine.plan import PLAN_API_VERSION
-
-        write_json(
-            {
-                "apiVersion": PLAN_API_VERSION,
-                "kind": "ValidationResult",
-                "valid": errors == 0,
-                "errors": errors,
-                "warnings": warnings,
-                "diagnostics": [diagnostic_json(d) for d in diagnostics],
-            },
-            out,
+    def _watched(self, when: str, records: Sequence[dict[str, Any]]) -> None:
+        self.out.writelines(
+            json.dumps({"time": when, **record}, sort_keys=True) + "\n" for record in records
         )
-        return
-    if fmt is Format.MARKDOWN:
-        out.write("#### reconcile validate\n\n")
+        self.out.flush()
+
+
+# --- markdown ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarkdownView(_Composed):
+    """One markdown section per result, for a pull-request comment: a `####` heading, then
+    lists and tables whose every value is escaped (`_md`) or a code span (`_code`)."""
+
+    def _emit(self, value: Any) -> None:
+        self.out.write(value)
+
+    def clusters(
+        self,
+        outcomes: Sequence[Outcome[T]],
+        show: Callable[[View, T], object],
+        first: Callable[[str], str] = name_first,
+    ) -> None:
+        """Each cluster's section under a `#####` heading naming it."""
+        for name, section in self._each(outcomes, show).items():
+            self._write(f"##### `{name}`\n\n{section}\n")
+
+    def fleet_plan(self, planned: FleetPlanned, *, show_owner: bool = False) -> None:
+        """A summary table of the fleet, then each cluster's plan under its own heading."""
+        saved = planned.saved
+        parts = [
+            f"#### reconcile plan: fleet {_code(saved.fleet, cell=False)}\n\n",
+            "| Cluster | Node changes | Object changes | Findings |\n| --- | --- | --- | --- |\n",
+        ]
+        for name, plan in saved.plans.items():
+            errors = sum(1 for f in plan.findings if f.is_error)
+            parts.append(
+                f"| {_code(name)} | {sum(1 for _ in plan.lines())} | {len(plan.objects)} | "
+                f"{errors} error(s), {len(plan.findings) - errors} warning(s) |\n"
+            )
+        parts += [
+            f"| {_code(name)} | **error** | | {_md(error)} |\n"
+            for name, error in saved.errors.items()
+        ]
+        parts += [
+            f"\n##### {_code(name, cell=False)}\n{_plan_body(plan)}"
+            for name, plan in saved.plans.items()
+        ]
+        self._write("".join(parts))
+
+    def plan(self, plan: Plan, *, show_owner: bool = False) -> None:
+        self._write(f"#### reconcile plan\n{_plan_body(plan)}")
+
+    def apply(self, result: ApplyResult) -> None:
+        applied = list(result.lines())
+        parts = [
+            "#### reconcile apply\n\n",
+            ("Converged" if result.ok else "**Not converged**")
+            + f": {len(applied)} change(s) applied.\n",
+        ]
+        if applied:
+            parts.append("\n| Node | Label | Now |\n| --- | --- | --- |\n")
+            parts += [
+                f"| {_md(node)} | {_code(change.shown_key)} | {_md_value(change.after)} |\n"
+                for node, change in applied
+            ]
+        objects = [line for obj in result.changed_objects() for line in object_lines(obj)]
+        if objects:
+            parts.append(
+                "\n" + "".join(f"- {_code(line.strip(), cell=False)}\n" for line in objects)
+            )
+        parts += _md_list("Rejected (nothing was applied)", (_md(r) for r in result.rejected))
+        parts += _md_list(
+            "Failed",
+            (f"{_code(n.name, cell=False)}: {_md(n.error or '')}" for n in result.failed),
+        )
+        parts += _md_list(
+            "Objects not applied",
+            (f"{_code(o.id, cell=False)}: {_md(o.error or '')}" for o in result.failed_objects),
+        )
+        parts += _md_list(
+            "Declared but not in the cluster",
+            (_code(m.name, cell=False) for m in result.missingNodes),
+        )
+        self._write("".join(parts))
+
+    def validation(self, diagnostics: Sequence[Diagnostic]) -> None:
         if not diagnostics:
-            out.write("No problems found.\n")
+            self._write("#### reconcile validate\n\nNo problems found.\n")
             return
-        out.write(f"{errors} error(s), {warnings} warning(s).\n\n")
+        errors = sum(1 for d in diagnostics if d.severity is Severity.ERROR)
+        parts = [
+            "#### reconcile validate\n\n",
+            f"{errors} error(s), {len(diagnostics) - errors} warning(s).\n\n",
+        ]
         for d in diagnostics:
             where = f"{_code(str(d.source), cell=False)} " if d.source else ""
-            out.write(f"- **{d.severity}** {where}{_md(d.message)}\n")
-        return
-    render_diagnostics(diagnostics, err)
+            parts.append(f"- **{d.severity}** {where}{_md(d.message)}\n")
+        self._write("".join(parts))
+
+    def audit(self, findings: Sequence[AuditFinding]) -> None:
+        self._findings("GPU label audit", [audit_line(f) for f in findings])
+
+    def image_audit(self, missing: Sequence[Coverage]) -> None:
+        self._findings("driver image audit", [_coverage_line(c) for c in missing])
+
+    def _findings(self, title: str, lines: Sequence[str]) -> None:
+        items = "".join(f"- {_code(line, cell=False)}\n" for line in lines)
+        self._write(f"#### reconcile {title}\n\n" + (items or "OK\n"))
+
+    def rbac(self, objects: Sequence[RbacObject]) -> None:
+        """The YAML in a fenced block."""
+        self._write(f"#### reconcile rbac\n\n```yaml\n{rbac_yaml(objects)}```\n")
 
 
-# --- plan ----------------------------------------------------------------------------------
-
-
-def _missing_note(missing: MissingNode) -> str:
-    return f"{missing.name}: declared in {missing.source} but not found in the cluster"
-
-
-def render_plan(
-    plan: Plan, fmt: Format, out: TextIO, err: TextIO, *, show_owner: bool = False
-) -> None:
-    if fmt is Format.JSON:
-        write_json(plan.model_dump(mode="json"), out)
-        return
-    if fmt is Format.MARKDOWN:
-        _plan_markdown(plan, out)
-        return
-    wide = fmt is Format.WIDE
-    for node, change in plan.lines():
-        out.write(node_line(node, change, show_owner=show_owner, wide=wide) + "\n")
-    for obj in plan.objects:
-        out.writelines(line + "\n" for line in object_lines(obj, wide=wide))
-    for missing in plan.missingNodes:
-        err.write(_missing_note(missing) + "\n")
-    _absent_notes(plan.absentNodes)
-    for finding in plan.findings:
-        if finding.severity is Severity.ERROR:
-            err.write(finding_line(finding, err) + "\n")
-        else:
-            log.warning("%s: %s", finding.subject, finding.message)
+def _plan_body(plan: Plan) -> str:
+    """A plan's section after its heading line: its summary, findings, changes, and the
+    nodes declared but not in the cluster."""
+    changes = list(plan.lines())
+    if not plan.needs_attention:
+        return "\nNo changes: the cluster matches `desired/`.\n"
+    parts = ["\n", "".join(f"- {line}\n" for line in _plan_summary(plan, changes)) + "\n"]
+    if plan.findings:
+        parts.append("| | Subject | Finding |\n| --- | --- | --- |\n")
+        for finding in plan.findings:
+            mark = "**error**" if finding.is_error else "warning"
+            parts.append(f"| {mark} | {_code(finding.subject)} | {_md(finding.message)} |\n")
+        parts.append("\n")
+    if changes:
+        parts.append("| Node | Label | Live | Desired | Owner |\n| --- | --- | --- | --- | --- |\n")
+        parts += [
+            f"| {_md(node)} | {_code(change.shown_key)} | {_md_value(change.before)} | "
+            f"{_md_value(change.after)} | {_md(change.owner or '')} |\n"
+            for node, change in changes
+        ]
+    if plan.objects:
+        parts.append("\n| Object | Field | Live | Desired |\n| --- | --- | --- | --- |\n")
+        for obj in plan.objects:
+            if obj.action.glyph is not None:  # the whole object, not its fields
+                parts.append(f"| {_code(obj.id)} | *({obj.action})* | | |\n")
+                continue
+            for field_change in obj.changes:
+                before, after = _md_field(field_change)
+                parts.append(
+                    f"| {_code(obj.id)} | {_code(field_change.shown_path)} | {before} | {after} |\n"
+                )
+    if plan.missingNodes:
+        parts.append("\n**Declared but not in the cluster:**\n\n")
+        parts += [
+            f"- {_code(missing.name, cell=False)} ({_md(missing.source)})\n"
+            for missing in plan.missingNodes
+        ]
     if plan.prunable:
-        log.info(
-            "%d label(s) set by reconcile are no longer declared; `--prune` removes them",
-            len(plan.prunable),
-        )
-    if plan.prunableObjects:
-        log.info(
-            "%d object(s) applied by reconcile are no longer in desired/ (%s); `--prune` "
-            "deletes them",
-            len(plan.prunableObjects),
-            ", ".join(plan.prunableObjects),
-        )
-    for never in plan.neverPruned:
-        log.info(
-            "%s is in reconcile's inventory of applied objects, but a Node is never pruned: "
-            "left alone, and dropped from the inventory by the next apply (declare node "
-            "facts in desired/nodes/ or desired/groups/)",
-            never,
-        )
+        parts.append(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
+    return "".join(parts)
 
 
 def _plan_summary(plan: Plan, changes: Sequence[tuple[str, NodeChange]]) -> list[str]:
@@ -323,63 +823,11 @@ def _plan_summary(plan: Plan, changes: Sequence[tuple[str, NodeChange]]) -> list
     return lines
 
 
-def fleet_markdown(saved: FleetPlan, out: TextIO) -> None:
-    """A summary table of the fleet, then each cluster's plan under its own heading."""
-    out.write(f"#### reconcile plan: fleet {_code(saved.fleet, cell=False)}\n\n")
-    out.write("| Cluster | Node changes | Object changes | Findings |\n| --- | --- | --- | --- |\n")
-    for name, plan in saved.plans.items():
-        errors = sum(1 for f in plan.findings if f.is_error)
-        out.write(
-            f"| {_code(name)} | {sum(1 for _ in plan.lines())} | {len(plan.objects)} | "
-            f"{errors} error(s), {len(plan.findings) - errors} warning(s) |\n"
-        )
-    for name, error in saved.errors.items():
-        out.write(f"| {_code(name)} | **error** | | {_md(error)} |\n")
-    for name, plan in saved.plans.items():
-        buffer = io.StringIO()
-        _plan_markdown(plan, buffer)
-        body = buffer.getvalue().removeprefix("#### reconcile plan\n")
-        out.write(f"\n##### {_code(name, cell=False)}\n{body}")
-
-
-def _plan_markdown(plan: Plan, out: TextIO) -> None:
-    changes = list(plan.lines())
-    out.write("#### reconcile plan\n\n")
-    if not plan.needs_attention:
-        out.write("No changes: the cluster matches `desired/`.\n")
-        return
-    out.write("".join(f"- {line}\n" for line in _plan_summary(plan, changes)) + "\n")
-    if plan.findings:
-        out.write("| | Subject | Finding |\n| --- | --- | --- |\n")
-        for finding in plan.findings:
-            mark = "**error**" if finding.is_error else "warning"
-            out.write(f"| {mark} | {_code(finding.subject)} | {_md(finding.message)} |\n")
-        out.write("\n")
-    if changes:
-        out.write("| Node | Label | Live | Desired | Owner |\n| --- | --- | --- | --- | --- |\n")
-        for node, change in changes:
-            out.write(
-                f"| {_md(node)} | {_code(change.shown_key)} | {_md_value(change.before)} | "
-                f"{_md_value(change.after)} | {_md(change.owner or '')} |\n"
-            )
-    if plan.objects:
-        out.write("\n| Object | Field | Live | Desired |\n| --- | --- | --- | --- |\n")
-        for obj in plan.objects:
-            if obj.action.glyph is not None:  # the whole object, not its fields
-                verb = f"*({obj.action})*"
-                out.write(f"| {_code(obj.id)} | {verb} | | |\n")
-                continue
-            for field_change in obj.changes:
-                before, after = _md_field(field_change)
-                out.write(
-                    f"| {_code(obj.id)} | {_code(field_change.shown_path)} | {before} | {after} |\n"
-                )
-    if plan.missingNodes:
-        out.write("\n**Declared but not in the cluster:**\n\n")
-        for missing in plan.missingNodes:
-            out.write(f"- {_code(missing.name, cell=False)} ({_md(missing.source)})\n")
-    if plan.prunable:
-        out.write(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
+def _md_list(title: str, items: Iterable[str]) -> list[str]:
+    rows = list(items)
+    if not rows:
+        return []
+    return [f"\n**{title}:**\n\n", *(f"- {row}\n" for row in rows)]
 
 
 def _md_field(change: FieldChange) -> tuple[str, str]:
@@ -447,194 +895,3 @@ def _code(text: str, *, cell: bool = True) -> str:
     ):
         shown = f" {shown} "  # CommonMark strips one space from each end
     return f"{fence}{shown}{fence}"
-
-
-# --- apply ---------------------------------------------------------------------------------
-
-
-def _change_json(node: str, change: NodeChange) -> dict[str, Any]:
-    return {"node": node, **change.model_dump(mode="json")}
-
-
-def render_apply(result: ApplyResult, fmt: Format, out: TextIO, err: TextIO) -> None:
-    from reconcile.engine.plan import PLAN_API_VERSION
-
-    if fmt is Format.JSON:
-        write_json(
-            {
-                "apiVersion": PLAN_API_VERSION,
-                "kind": "ApplyResult",
-                "converged": result.ok,
-                "applied": [_change_json(node, change) for node, change in result.lines()],
-                "failed": [{"node": n.name, "error": n.error} for n in result.failed],
-                "objects": [
-                    {
-                        "object": o.id,
-                        "lines": object_lines(o.changed) if o.changed is not None else [],
-                        "error": o.error,
-                        "note": o.note,
-                    }
-                    for o in result.objects
-                ],
-                "notes": [{"node": n.name, "note": n.note} for n in result.nodes if n.note],
-                "rejected": list(result.rejected),
-                "skipped": list(result.skipped),
-                "retries": result.retries,
-                "missingNodes": [m.model_dump(mode="json") for m in result.missingNodes],
-                "absentNodes": [m.model_dump(mode="json") for m in result.absentNodes],
-                "conflicts": sum(n.conflicts for n in result.nodes),
-            },
-            out,
-        )
-        return
-    if fmt is Format.MARKDOWN:
-        _apply_markdown(result, out)
-        return
-    wide = fmt is Format.WIDE
-    for node, change in result.lines():
-        out.write(node_line(node, change, wide=wide) + "\n")
-    for obj in result.changed_objects():
-        out.writelines(line + "\n" for line in object_lines(obj, wide=wide))
-    render_apply_failures(result, err)
-
-
-def _absent_notes(absent: Sequence[MissingNode]) -> None:
-    for node in absent:
-        log.info("%s: declared in %s, absent from the cluster, and may be", node.name, node.source)
-
-
-def render_apply_failures(result: ApplyResult, err: TextIO) -> None:
-    _absent_notes(result.absentNodes)
-    for node in result.nodes:
-        if node.note:
-            log.info("%s: %s", node.name, node.note)
-    for obj in result.objects:
-        if obj.note:
-            log.info("%s: %s", obj.id, obj.note)
-    for rejected in result.rejected:
-        err.write(f"rejected: {rejected}\n")
-    if result.rejected:
-        err.write(f"error: {len(result.rejected)} refusal(s) above: nothing was applied\n")
-    for node in result.failed:
-        err.write(f"{node.name}: not converged: {node.error}\n")
-    for obj in result.failed_objects:
-        err.write(f"{obj.id}: not applied: {obj.error}\n")
-    for missing in result.missingNodes:
-        err.write(_missing_note(missing) + "\n")
-
-
-def _apply_markdown(result: ApplyResult, out: TextIO) -> None:
-    applied = list(result.lines())
-    out.write("#### reconcile apply\n\n")
-    out.write(
-        ("Converged" if result.ok else "**Not converged**")
-        + f": {len(applied)} change(s) applied.\n"
-    )
-    if applied:
-        out.write("\n| Node | Label | Now |\n| --- | --- | --- |\n")
-        for node, change in applied:
-            out.write(f"| {_md(node)} | {_code(change.shown_key)} | {_md_value(change.after)} |\n")
-    objects = [line for obj in result.changed_objects() for line in object_lines(obj)]
-    if objects:
-        out.write("\n" + "".join(f"- {_code(line.strip(), cell=False)}\n" for line in objects))
-    _md_list(out, "Rejected (nothing was applied)", (f"{_md(r)}" for r in result.rejected))
-    _md_list(
-        out,
-        "Failed",
-        (f"{_code(n.name, cell=False)}: {_md(n.error or '')}" for n in result.failed),
-    )
-    _md_list(
-        out,
-        "Objects not applied",
-        (f"{_code(o.id, cell=False)}: {_md(o.error or '')}" for o in result.failed_objects),
-    )
-    _md_list(
-        out,
-        "Declared but not in the cluster",
-        (_code(m.name, cell=False) for m in result.missingNodes),
-    )
-
-
-def _md_list(out: TextIO, title: str, items: Iterable[str]) -> None:
-    rows = list(items)
-    if rows:
-        out.write(f"\n**{title}:**\n\n")
-        for row in rows:
-            out.write(f"- {row}\n")
-
-
-# --- rbac ----------------------------------------------------------------------------------
-
-
-# What the YAML output says first: where it comes from and when to regenerate it.
-_RBAC_HEADER: Final = (
-    "The least privilege reconcile needs (plan, apply --prune/--recreate, watch, upgrade,",
-    "audit, report, import, placement) for the desired/ tree this was generated from, by",
-    "`reconcile rbac`. Regenerate it when desired/ changes; keep the old grants until",
-    "`apply --prune` has deleted what left desired/. Discovery (/api, /apis) needs no",
-    "grant: the default system:discovery role allows it to every authenticated user.",
-)
-
-
-def render_rbac(objects: Sequence[RbacObject], fmt: Format, out: TextIO) -> None:
-    """YAML for `kubectl apply -f` with a comment saying why each rule is there; JSON as
-    a v1 List; markdown as the YAML in a fenced block."""
-    from reconcile.desired.writer import dump_documents
-
-    if fmt is Format.JSON:
-        write_json(
-            {"apiVersion": "v1", "kind": "List", "items": [o.document for o in objects]}, out
-        )
-        return
-    comments: dict[tuple[str | int, ...], str] = {}
-    for index, obj in enumerate(objects):
-        lines = [*(_RBAC_HEADER if index == 0 else ()), *_wrapped(obj.comment)]
-        if lines:
-            comments[(index,)] = "\n".join(lines)
-        for rule, why in enumerate(obj.rule_comments):
-            if why:
-                comments[(index, "rules", rule)] = "\n".join(_wrapped(why))
-    if fmt is Format.MARKDOWN:
-        out.write("#### reconcile rbac\n\n```yaml\n")
-    out.write(dump_documents([o.document for o in objects], comments))
-    if fmt is Format.MARKDOWN:
-        out.write("```\n")
-
-
-def _wrapped(comment: str) -> list[str]:
-    return textwrap.wrap(comment, width=88) if comment else []
-
-
-def render_import(
-    changes: Sequence[FileChange], fmt: Format, out: TextIO, *, dry_run: bool
-) -> None:
-    """`--dry-run`: the unified diff of every file; else one line per file written."""
-    if fmt is Format.JSON:
-        write_json(
-            [
-                {
-                    "path": str(c.path),
-                    "labels": c.labels,
-                    "new": not c.before,
-                    "written": not dry_run,
-                    "diff": "".join(_unified(c)),
-                }
-                for c in changes
-            ],
-            out,
-        )
-        return
-    for change in changes:
-        if dry_run:
-            out.writelines(_unified(change))
-        else:
-            out.write(f"{change.path} {change.labels} label(s)\n")
-
-
-def _unified(change: FileChange) -> Iterable[str]:
-    return difflib.unified_diff(
-        change.before.splitlines(keepends=True),
-        change.after.splitlines(keepends=True),
-        fromfile=str(change.path) if change.before else "/dev/null",
-        tofile=str(change.path),
-    )

@@ -1,25 +1,26 @@
 """watch: the plan kept current, drift reported as it appears, corrected on request.
 
-The command and its view: each line as it happens, in text or JSON. The watch itself is
-reconcile.app.watching's, its metrics and endpoints reconcile.app.metrics'."""
+The command and its observer: each line as it happens, shown by the view -o chose (text,
+or JSON Lines). The watch itself is reconcile.app.watching's, its metrics and endpoints
+reconcile.app.metrics'."""
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from reconcile import diagnostics as diag
 from reconcile.app.session import Session
-from reconcile.cli.app import common_options, duration, main, outputs, parallel_option, stdout
-from reconcile.cli.output import EXIT_OK, Format, log, node_line, object_lines
+from reconcile.cli.app import common_options, duration, main, outputs, parallel_option
+from reconcile.cli.output import EXIT_OK, Format, log
 
 if TYPE_CHECKING:
+    from reconcile.cli.views import View
     from reconcile.engine.diff import NodeChange
     from reconcile.engine.plan import ObjectPlan
 
@@ -29,44 +30,22 @@ def _now() -> str:
 
 
 class _Reporter:
-    """The watch's view: prints each line as it happens (RFC 3339 timestamp first), in
-    text or JSON, and its notes and warnings."""
+    """The watch's observer: each drift or correction shown by `view` as it happens (RFC
+    3339 timestamp first), one event at a time; its notes and warnings logged."""
 
-    def __init__(self, fmt: Format, out: TextIO) -> None:
-        self.fmt = fmt
-        self.out = out
+    def __init__(self, view: View) -> None:
+        self.view = view
         self.lock = threading.Lock()
 
-    def _emit(self, lines: Sequence[str], records: Sequence[dict[str, Any]]) -> None:
+    def _nodes(self, event: str, node: str, changes: Sequence[NodeChange]) -> None:
         when = _now()
         with self.lock:
-            if self.fmt is Format.JSON:
-                for record in records:
-                    self.out.write(json.dumps({"time": when, **record}, sort_keys=True) + "\n")
-            else:
-                for line in lines:
-                    self.out.write(f"{when} {line}\n")
-            self.out.flush()
-
-    def _nodes(self, event: str, node: str, changes: Sequence[NodeChange]) -> None:
-        self._emit(
-            [node_line(node, c) for c in changes],
-            [{"event": event, "node": node, **c.model_dump(mode="json")} for c in changes],
-        )
+            self.view.watched_nodes(when, event, node, changes)
 
     def _objects(self, event: str, objects: Sequence[ObjectPlan]) -> None:
-        self._emit(
-            [line for obj in objects for line in object_lines(obj)],
-            [
-                {
-                    "event": event,
-                    "object": obj.id,
-                    "action": obj.action,
-                    "changes": [c.model_dump(mode="json") for c in obj.changes],
-                }
-                for obj in objects
-            ],
-        )
+        when = _now()
+        with self.lock:
+            self.view.watched_objects(when, event, objects)
 
     # --- WatchObserver ----------------------------------------------------------------------
 
@@ -198,7 +177,8 @@ def watch(session: Session, output: Format, **options: Any) -> int:
     With --correct, fix it with apply's guarded write and print the lines changed (a full
     plan's corrections --parallel at a time). Runs until SIGTERM or Ctrl-C, then exits 0."""
     from reconcile.app import watching
+    from reconcile.cli.views import view_for
 
     settings = watching.WatchSettings(**options)
-    watching.watch(session, settings, observer=_Reporter(output, stdout()))
+    watching.watch(session, settings, observer=_Reporter(view_for(output)))
     return EXIT_OK

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from reconcile.cli.output import Format
-from reconcile.cli.views import render_apply, render_plan
+from reconcile.cli.views import view_for
 from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.diagnostics import PlanRefused, ReconcileError, Severity, Source, StalePlan
 from reconcile.engine import saved
@@ -525,7 +525,7 @@ def _golden(name: str, rendered: str) -> None:
 )
 def test_plan_views_match_golden_files(fmt: Format, name: str) -> None:
     out, err = io.StringIO(), io.StringIO()
-    render_plan(GOLDEN_PLAN, fmt, out, err)
+    view_for(fmt, out, err).plan(GOLDEN_PLAN)
     _golden(name, out.getvalue())
     if fmt is Format.TEXT:
         _golden("plan.stderr.txt", err.getvalue())
@@ -533,7 +533,7 @@ def test_plan_views_match_golden_files(fmt: Format, name: str) -> None:
 
 def test_show_owner_adds_a_fourth_column() -> None:
     out = io.StringIO()
-    render_plan(GOLDEN_PLAN, Format.TEXT, out, io.StringIO(), show_owner=True)
+    view_for(Format.TEXT, out, io.StringIO()).plan(GOLDEN_PLAN, show_owner=True)
     assert out.getvalue().splitlines()[:3] == [
         'lab-node-1 example.com/empty "" unknown',
         "lab-node-1 nvidia.com/gpu.count 2 gpu-feature-discovery",
@@ -543,11 +543,11 @@ def test_show_owner_adds_a_fourth_column() -> None:
 
 def test_json_plan_is_the_saved_plan_format() -> None:
     out = io.StringIO()
-    render_plan(GOLDEN_PLAN, Format.JSON, out, io.StringIO())
+    view_for(Format.JSON, out, io.StringIO()).plan(GOLDEN_PLAN)
     assert Plan.model_validate(json.loads(out.getvalue())) == GOLDEN_PLAN
 
 
-def test_apply_views_match_golden_files() -> None:
+def _golden_apply_result() -> ApplyResult:
     change = NodeChange(
         key="nvidia.com/gpu.count",
         action=Action.UPDATE,
@@ -555,7 +555,7 @@ def test_apply_views_match_golden_files() -> None:
         after="2",
         owner="gpu-feature-discovery",
     )
-    result = ApplyResult(
+    return ApplyResult(
         objects=(
             ObjectResult("Deployment/gpu-drv/trainer", changed=TRAINER_REPLICAS),
             ObjectResult("Pod/nfd-lab/a100-job", error='pods "a100-job" not found'),
@@ -566,16 +566,30 @@ def test_apply_views_match_golden_files() -> None:
         ),
         missingNodes=GOLDEN_PLAN.missingNodes,
     )
+
+
+def test_apply_views_match_golden_files() -> None:
+    result = _golden_apply_result()
     for fmt, name in (
         (Format.TEXT, "apply.txt"),
         (Format.MARKDOWN, "apply.md"),
         (Format.JSON, "apply.json"),
     ):
         out, err = io.StringIO(), io.StringIO()
-        render_apply(result, fmt, out, err)
+        view_for(fmt, out, err).apply(result)
         _golden(
             name, out.getvalue() + ("---stderr---\n" + err.getvalue() if err.getvalue() else "")
         )
+
+
+def test_the_json_apply_result_is_its_model_dumped_and_reads_back_as_it() -> None:
+    from reconcile.cli.documents import ApplyDocument
+
+    document = ApplyDocument.of(_golden_apply_result())
+    printed = (GOLDEN / "apply.json").read_text()
+
+    assert json.loads(printed) == document.model_dump(mode="json")
+    assert ApplyDocument.model_validate_json(printed) == document
 
 
 GPU_LABELS = {
@@ -637,7 +651,7 @@ def test_markdown_of_an_objects_only_plan_says_nothing_about_nodes() -> None:
         update={"nodes": (), "missingNodes": (), "findings": (), "warnings": (), "prunable": ()}
     )
     out = io.StringIO()
-    render_plan(only_objects, Format.MARKDOWN, out, io.StringIO())
+    view_for(Format.MARKDOWN, out, io.StringIO()).plan(only_objects)
     text = out.getvalue()
     assert "label change" not in text and "**Nodes:**" not in text
     assert text.startswith(

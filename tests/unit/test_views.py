@@ -4,6 +4,7 @@ markdown rendering a pull-request comment."""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from reconcile.cli.output import Format
-from reconcile.cli.views import render_plan, render_report, report_clash
+from reconcile.cli.views import report_clash, view_for
 from reconcile.engine.diff import Action, NodeChange
 from reconcile.engine.plan import Finding, NodePlan, Plan
 from reconcile.gpu.drivers import env_name
@@ -46,7 +47,7 @@ SHELLS = [shell for shell in ("sh", "bash", "dash") if shutil.which(shell)]
 def _report(tmp_path: Path) -> Path:
     out = io.StringIO()
     nodes = tuple(ReportNode(f"n{i}", value, value[::-1]) for i, value in enumerate(HOSTILE))
-    render_report(Report(nodes, skew=0, matrix_rows=3), Format.TEXT, out)
+    view_for(Format.TEXT, out).report(Report(nodes, skew=0, matrix_rows=3))
     path = tmp_path / "report.env"
     path.write_text(out.getvalue())
     return path
@@ -128,7 +129,7 @@ def test_markdown_cells_show_hostile_values_verbatim_and_keep_the_table() -> Non
     )
     out = io.StringIO()
 
-    render_plan(plan, Format.MARKDOWN, out, io.StringIO())
+    view_for(Format.MARKDOWN, out, io.StringIO()).plan(plan)
 
     findings, *labels = markdown_table_rows(out.getvalue())
     assert findings == ["error", "a|`b`", "<x>|`y`"]
@@ -145,9 +146,42 @@ def test_a_line_break_in_a_value_cannot_end_the_table_row() -> None:
     plan = Plan(nodes=(_node("n1", change),))
     out = io.StringIO()
 
-    render_plan(plan, Format.MARKDOWN, out, io.StringIO())
+    view_for(Format.MARKDOWN, out, io.StringIO()).plan(plan)
 
     assert markdown_table_rows(out.getvalue()) == [
         ["n1", "example.com/k", "a\\n| x | y |\\nb", "c\\r\\n<b>", ""]
     ]
     assert markdown_html(out.getvalue()) == []
+
+
+def test_a_fleets_json_holds_each_clusters_document_and_markdown_a_section_each() -> None:
+    from reconcile.engine.fleet import Outcome
+    from reconcile.gpu.drivers import AuditFinding
+
+    outcomes: list[Outcome[list[AuditFinding]]] = [
+        Outcome("lab", value=[AuditFinding("n1", "nvidia.com/gpu.count", "missing")]),
+        Outcome("edge", error="unreachable"),
+        Outcome("staging", value=[]),
+    ]
+    as_json, as_markdown = io.StringIO(), io.StringIO()
+
+    view_for(Format.JSON, as_json).clusters(outcomes, lambda view, found: view.audit(found))
+    view_for(Format.MARKDOWN, as_markdown).clusters(outcomes, lambda view, found: view.audit(found))
+
+    assert json.loads(as_json.getvalue()) == {
+        "apiVersion": "reconcile.dev/v1alpha1",
+        "kind": "FleetResult",
+        "clusters": {
+            "lab": {
+                "ok": False,
+                "findings": [{"node": "n1", "key": "nvidia.com/gpu.count", "reason": "missing"}],
+            },
+            "staging": {"ok": True, "findings": []},
+        },
+        "errors": {"edge": "unreachable"},
+    }
+    assert as_markdown.getvalue() == (
+        "##### `lab`\n\n#### reconcile GPU label audit\n\n"
+        "- `n1 nvidia.com/gpu.count missing`\n\n"
+        "##### `staging`\n\n#### reconcile GPU label audit\n\nOK\n\n"
+    )

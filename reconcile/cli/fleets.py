@@ -24,7 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 if TYPE_CHECKING:
-    from reconcile.app.reconciling import ClusterApplied, FleetApplied, FleetPlanned
+    from reconcile.app.reconciling import Applied, ClusterApplied, FleetApplied, FleetPlanned
     from reconcile.cli.views import View
     from reconcile.engine.fleet import Outcome
     from reconcile.kube.client import Cluster
@@ -80,12 +80,23 @@ def show_plans(
 # --- apply ----------------------------------------------------------------------------------
 
 
-def show_applied(applied: FleetApplied, view: View) -> int:
-    """Each cluster's apply shown on `view` as it comes, its lines prefixed when there are
-    several (with a note where the plan taken after it is not empty); the exit code of the
-    fleet, or one error naming the wave that stopped it."""
+def show_applied(applied: Applied | FleetApplied, view: View) -> int:
+    """The apply shown on `view` and its exit code: for one cluster, what it wrote (and,
+    when a signal stopped it, what was left); for a fleet, each cluster's as it comes, its
+    lines prefixed when there are several (with a note where the plan taken after it is
+    not empty), or one error naming the wave that stopped it."""
+    from reconcile.app.reconciling import Applied
     from reconcile.cli.views import each_cluster
 
+    if isinstance(applied, Applied):
+        view.apply(applied.result)
+        if applied.stopped_by is None:
+            return EXIT_OK if applied.result.ok else EXIT_ERROR
+        stderr().write(
+            f"interrupted: what was applied is printed above; {len(applied.result.skipped)} "
+            "node(s) and the objects after them were not started: run apply again to finish\n"
+        )
+        return 128 + applied.stopped_by
     run = applied.run
 
     def show(cluster_view: View, one: ClusterApplied) -> None:

@@ -20,7 +20,6 @@ from reconcile.cli.app import (
     outputs,
     parallel_option,
     progress_bar,
-    stderr,
 )
 from reconcile.cli.fleets import cluster_option
 from reconcile.cli.output import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, Format
@@ -184,6 +183,7 @@ def apply(
     applied.
     """
     from reconcile.app import reconciling
+    from reconcile.cli import fleets, views
 
     applied = reconciling.apply_all(
         session,
@@ -195,16 +195,4 @@ def apply(
         steps=Phases(),
         progress=progress_bar("nodes"),
     )
-    from reconcile.cli import fleets, views
-
-    view = views.view_for(output)
-    if isinstance(applied, reconciling.FleetApplied):
-        return fleets.show_applied(applied, view)
-    view.apply(applied.result)
-    if applied.stopped_by is not None:
-        stderr().write(
-            f"interrupted: what was applied is printed above; {len(applied.result.skipped)} "
-            "node(s) and the objects after them were not started: run apply again to finish\n"
-        )
-        return 128 + applied.stopped_by
-    return EXIT_OK if applied.result.ok else EXIT_ERROR
+    return fleets.show_applied(applied, views.view_for(output))

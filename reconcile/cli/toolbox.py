@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, TextIO, cast
 
 import click
 
-from reconcile import diagnostics as diag
 from reconcile.app.session import Session
 from reconcile.app.targets import load_targets, one_target
 from reconcile.cli.app import TEXT_AND_JSON, common_options, main, outputs, stderr, stdout
@@ -18,12 +17,11 @@ from reconcile.cli.output import (
     EXIT_OK,
     Format,
     Prefixed,
-    log,
 )
-from reconcile.diagnostics import InvalidInput, ReconcileError
+from reconcile.diagnostics import ReconcileError
 
 if TYPE_CHECKING:
-    from reconcile.desired.models import DesiredState
+    pass
 
 
 @main.command("placement")
@@ -116,38 +114,17 @@ def import_command(
     Files that exist are updated in place (comments, key order and quoting kept; only
     changed values change); new nodes get a new file. Prints one line per file written.
     """
+    from reconcile.app.importing import import_nodes
     from reconcile.cli.views import view_for
-    from reconcile.desired.reader import load_desired
-    from reconcile.engine.imports import ImportRequest, plan_import, refused_prefix, write_import
-    from reconcile.gpu.provenance import DISCOVERED_PREFIXES, OPERATOR_PREFIXES
 
-    for prefix in prefixes:
-        if (problem := refused_prefix(prefix)) is not None:
-            raise ReconcileError(problem)
-    target = None
-    state: DesiredState | None
-    if (session.desired / "clusters.yaml").is_file() or cluster:
-        target = one_target(session, cluster, "import")
-        state, root = target.state, session.desired / "clusters" / str(target.name)
-    else:
-        state, problems = load_desired(session.desired) if session.desired.exists() else (None, [])
-        if diag.has_errors(problems):
-            raise InvalidInput(problems)
-        root = session.desired
-    request = ImportRequest(
-        root,
-        state,
-        keep=prefixes or DISCOVERED_PREFIXES,
-        excluded=() if prefixes else OPERATOR_PREFIXES,
+    changes = import_nodes(
+        session,
+        cluster=cluster,
         selector=selector,
+        prefixes=prefixes,
         group_by=group_by,
+        dry_run=dry_run,
     )
-    changes = plan_import(request, session.connect(None, target))
-    for change in changes:
-        if change.note is not None:
-            log.info("%s", change.note)
-    if not dry_run:
-        write_import(session.desired, changes)
     view_for(output).imports(changes, dry_run=dry_run)
     return EXIT_OK
 

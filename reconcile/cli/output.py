@@ -64,11 +64,15 @@ def node_line(
 
 def object_lines(obj: ObjectPlan, *, wide: bool = False) -> list[str]:
     """`<id> + ` to create, `<id> - ` to prune, else one line per changed field (with
-    `wide`, the live value after it)."""
+    `wide`, the live value after it, and the field manager that set it when another
+    did: `<id> <field> <value> <live> <manager>`)."""
     if obj.action.glyph is not None:
         return [f"{obj.id} {obj.action.glyph} "]
+    if not wide:
+        return [f"{obj.id} {c.shown_path} {c.shown_value}" for c in obj.changes]
     return [
-        f"{obj.id} {c.shown_path} {c.shown_value}" + (f" {c.shown_before}" if wide else "")
+        f"{obj.id} {c.shown_path} {c.shown_value} {c.shown_before}"
+        + (f" {c.manager}" if c.manager else "")
         for c in obj.changes
     ]
 

@@ -231,6 +231,13 @@ class TextView(View):
         for missing in plan.missingNodes:
             err.write(_missing_note(missing) + "\n")
         _absent_notes(plan.absentNodes)
+        for obj in plan.objects:
+            if obj.takenFrom:
+                log.info(
+                    "%s: apply takes back what %s changed by hand (`-o wide` shows each field's)",
+                    obj.id,
+                    ", ".join(obj.takenFrom),
+                )
         for finding in plan.findings:
             if finding.severity is Severity.ERROR:
                 err.write(finding_line(finding, err) + "\n")

@@ -97,12 +97,16 @@ class FieldChange(BaseModel):
     after: Any = None
     # A Secret's value: before and after are digests, and views never show them.
     sensitive: bool = False
+    # The field manager (not reconcile) that owns the live value: whom apply takes it from.
+    manager: str | None = None
 
     @model_serializer(mode="wrap")
     def _serialize(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         document: dict[str, Any] = handler(self)
         if not self.sensitive:
             document.pop("sensitive", None)  # only said where it holds
+        if self.manager is None:
+            document.pop("manager", None)
         return document
 
     @property
@@ -208,8 +212,7 @@ def object_drift(
     in_scope = [
         change
         for change in changes.values()
-        if _set_by(change.path, manifest)
-        or (owned is not None and _owned(change.path, owned, live))
+        if _set_by(change.path, manifest) or (owned is not None and owns(change.path, owned, live))
     ]
     return sorted(in_scope, key=lambda c: tuple(str(p) for p in c.path))
 
@@ -232,6 +235,8 @@ def manifest_drift(manifest: Mapping[str, Any], live: Mapping[str, Any]) -> list
     changes = []
     for path, want in _leaves(manifest):
         have = _at(live, path, default=_ABSENT)
+        if want == {} and isinstance(have, dict):
+            continue  # an empty map applied sets nothing in the live one (defaults stay)
         if have is _ABSENT:
             changes.append(FieldChange(path=path, action=Action.ADD, after=want))
         elif have != want:
@@ -287,7 +292,7 @@ def _set_by(path: tuple[str | int, ...], manifest: Any) -> bool:
     return True
 
 
-def _owned(path: tuple[str | int, ...], fields: Mapping[str, Any], live: Any) -> bool:
+def owns(path: tuple[str | int, ...], fields: Mapping[str, Any], live: Any) -> bool:
     """Whether FieldsV1 `fields` (one manager's) covers `path` of the live object."""
     node: Mapping[str, Any] = fields
     data = live

@@ -161,7 +161,11 @@ class ObjectPlan(_Frozen):
     # In its place for a Secret, whose values a plan never holds: the configuration's
     # digest. Apply reads the configuration from desired/ again and checks it against this.
     manifestDigest: str | None = None
-    _omitted_when_none = ("manifestDigest",)
+    # The people (kubectl's field managers, objects/plan.py PEOPLE) whose changes to
+    # declared fields apply takes back: it applies this object with force. A conflict
+    # with any other manager is never forced unless --force-conflicts.
+    takenFrom: tuple[str, ...] | None = None
+    _omitted_when_none = ("manifestDigest", "takenFrom")
 
     @property
     def identity(self) -> ObjectId:

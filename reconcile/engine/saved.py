@@ -13,8 +13,9 @@ plan harmless is that nothing in it is taken on trust:
   must be the ones apply is given, so a file alone never grants a destructive option;
 - every planned node and object has not moved since (else "stale"), unless a node already
   carries exactly its planned change (applying twice writes nothing);
-- and then every node change and every object (action, manifest, plural, scope, changes)
-  is what re-planning gives now; the first difference is named.
+- and then every node change and every object (action, manifest, plural, scope, changes,
+  the people whose changes it takes back) is what re-planning gives now; the first
+  difference is named.
 """
 
 from __future__ import annotations
@@ -267,6 +268,7 @@ def _object_differences(saved: ObjectPlan, fresh: ObjectPlan | None) -> Iterator
         "manifestDigest",
         "resourceVersion",
         "changes",
+        "takenFrom",
         "source",
     ):
         if getattr(saved, field) != getattr(fresh, field):

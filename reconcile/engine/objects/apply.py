@@ -70,7 +70,7 @@ def preflight_objects(
                 obj.resource,
                 _body(obj, precondition=saved, configs=configs or {}),
                 dry_run=True,
-                force=plan.forceConflicts,
+                force=plan.forceConflicts or bool(obj.takenFrom),
             )
         except NotFound as e:
             if obj.action is ObjectAction.UPDATE or "namespaces" not in e.message:
@@ -164,12 +164,15 @@ def _apply_object(
     for _ in range(MAX_CONFLICT_RETRIES):
         try:
             cluster.apply_object(
-                current.resource, _body(current, precondition=True, configs=configs), force=force
+                current.resource,
+                _body(current, precondition=True, configs=configs),
+                # Fields people changed are taken back (the plan says whose).
+                force=force or bool(current.takenFrom),
             )
         except Conflict as e:
             if saved or not _moved_on(e):
                 raise
-            replanned = replan_object(current, _config(current, configs), cluster)
+            replanned = replan_object(current, _config(current, configs), cluster, force=force)
             if replanned is None:
                 return ObjectResult(obj.id, note=DONE_BY_OTHERS)
             if replanned.action is ObjectAction.CREATE:

@@ -11,13 +11,15 @@ record; `replan_object` an update planned again against the object as it is now.
 from __future__ import annotations
 
 import copy
+import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import ApiError, Conflict, Diagnostic, Invalid, NotFound, Severity
-from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
+from reconcile.engine.diff import FieldChange, manifest_drift, object_drift, owns
 from reconcile.engine.findings import Finding
 from reconcile.engine.objects.inventory import MANAGED_BY, MANAGED_BY_LABEL
 from reconcile.engine.objects.prune import plan_prune
@@ -187,6 +189,7 @@ def _object_plan(
     *,
     version: str | None = None,
     changes: Iterable[FieldChange] = (),
+    taken_from: tuple[str, ...] = (),
 ) -> ObjectPlan:
     changes = _marked(changes, is_sensitive=target.sensitive)
     return ObjectPlan(
@@ -200,6 +203,7 @@ def _object_plan(
         action=action,
         resourceVersion=version,
         changes=tuple(changes),
+        takenFrom=taken_from or None,
         manifest=None if target.sensitive else target.config,
         manifestDigest=sensitive.manifest_digest(target.config) if target.sensitive else None,
     )
@@ -280,6 +284,58 @@ def _plan_create(
     planning.objects.append(_object_plan(target, ObjectAction.CREATE))
 
 
+# The field managers kubectl writes as when a person changes an object by hand (edit,
+# patch, client-side apply, label, annotate), and the one the API server gives fields set
+# before any server-side apply. A field one of them owns is drift a person made: apply
+# takes it back without --force-conflicts. Any other manager is a controller (an HPA
+# owning `replicas`): taking its field needs --force-conflicts.
+PEOPLE: Final = frozenset(
+    {
+        "kubectl-edit",
+        "kubectl-patch",
+        "kubectl-client-side-apply",
+        "kubectl-label",
+        "kubectl-annotate",
+        "before-first-apply",
+    }
+)
+# A 409 cause's message: `conflict with "kubectl-edit" using apps/v1 at 2026-...` (the
+# manager Go-quoted, as the API server's printManager writes it).
+_CONFLICT_WITH: Final = re.compile(r'^conflict with ("(?:[^"\\]|\\.)*")')
+
+
+def conflicting_managers(error: Conflict) -> tuple[str, ...] | None:
+    """The field managers a server-side apply conflict names (its causes), sorted; None
+    when it names none (a 409 that is not a field conflict, or one not understood)."""
+    found = set()
+    for cause in error.causes:
+        if cause.get("reason") != "FieldManagerConflict":
+            continue
+        match = _CONFLICT_WITH.match(str(cause.get("message") or ""))
+        if match is None:
+            return None
+        try:
+            found.add(str(json.loads(match.group(1))))
+        except ValueError:
+            return None
+    return tuple(sorted(found)) or None
+
+
+def dry_run_update(
+    resource: ApiResource, config: dict[str, Any], cluster: ObjectApi, *, force: bool
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The dry-run result of applying `config`, and the people (PEOPLE) whose fields it
+    takes back: a conflict with people only is dry-run again with force. A conflict with
+    any other manager is raised as it is."""
+    try:
+        return cluster.apply_object(resource, config, dry_run=True, force=force), ()
+    except Conflict as e:
+        managers = conflicting_managers(e)
+        if managers is None or not set(managers) <= PEOPLE:
+            raise
+    return cluster.apply_object(resource, config, dry_run=True, force=True), managers
+
+
 def _plan_update(
     target: Target,
     live: dict[str, Any],
@@ -292,56 +348,123 @@ def _plan_update(
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")
     compared = _Compared(target.config, live, is_sensitive=target.sensitive)
     try:
-        result = cluster.apply_object(target.resource, target.config, dry_run=True, force=force)
+        result, taken_from = dry_run_update(target.resource, target.config, cluster, force=force)
     except Conflict as e:
-        recreatable = recreate and _needs_recreate(target, cluster)
-        refusal = ("object-conflict", f"{e.message}; --force-conflicts takes ownership")
+        # A controller owns a field the configuration changes. What forcing would change
+        # is still shown exactly (a forced dry-run writes nothing); the finding names the
+        # manager, as the server's message does.
+        try:
+            forced = cluster.apply_object(target.resource, target.config, dry_run=True, force=True)
+        except Invalid as forced_error:
+            if not (recreate and is_immutable(forced_error)):
+                planning.findings.append(
+                    _finding(
+                        "object-conflict",
+                        target,
+                        f"{e.message}; --force-conflicts takes ownership",
+                        live=live,
+                    )
+                )
+                planning.objects.append(
+                    _object_plan(
+                        target,
+                        ObjectAction.UPDATE,
+                        version=version,
+                        changes=compared.manifest_drift(),
+                    )
+                )
+                return
+            planning.objects.append(
+                _object_plan(
+                    target,
+                    ObjectAction.RECREATE,
+                    version=version,
+                    changes=compared.manifest_drift(),
+                )
+            )
+            return
+        except ApiError:
+            forced = None
+        planning.findings.append(
+            _finding(
+                "object-conflict",
+                target,
+                f"{e.message}; --force-conflicts takes ownership",
+                live=live,
+            )
+        )
+        changes = compared.update_drift(forced) if forced is not None else compared.manifest_drift()
+        planning.objects.append(
+            _object_plan(
+                target,
+                ObjectAction.UPDATE,
+                version=version,
+                changes=_with_managers(changes, live),
+            )
+        )
+        return
     except Invalid as e:
         if not is_immutable(e):
             planning.findings.append(
                 _finding("object-invalid", target, e.message or str(e), live=live)
             )
             return
-        recreatable = recreate
-        refusal = (
-            "object-immutable",
-            f"cannot change in place: {e.message}; --recreate deletes and creates it",
+        # The server refuses the update as it stands: recreate it where allowed (deleted
+        # and created anew, whoever owned its fields does not matter), else say why and
+        # show the manifest's drift.
+        changes = compared.manifest_drift()
+        if recreate:
+            planning.objects.append(
+                _object_plan(target, ObjectAction.RECREATE, version=version, changes=changes)
+            )
+            return
+        planning.findings.append(
+            _finding(
+                "object-immutable",
+                target,
+                f"cannot change in place: {e.message}; --recreate deletes and creates it",
+                live=live,
+            )
         )
+        planning.objects.append(
+            _object_plan(target, ObjectAction.UPDATE, version=version, changes=changes)
+        )
+        return
     except ApiError as e:
         planning.findings.append(_finding("object-invalid", target, e.message or str(e), live=live))
         return
-    else:
-        changes = compared.update_drift(result)
-        if changes:
-            planning.objects.append(
-                _object_plan(target, ObjectAction.UPDATE, version=version, changes=changes)
-            )
-        return
-    # The server refuses the update as it stands: recreate it where allowed (deleted and
-    # created anew, whoever owned its fields does not matter), else say why and show the
-    # manifest's drift.
-    changes = compared.manifest_drift()
-    if recreatable:
+    changes = compared.update_drift(result)
+    if changes:
         planning.objects.append(
-            _object_plan(target, ObjectAction.RECREATE, version=version, changes=changes)
+            _object_plan(
+                target,
+                ObjectAction.UPDATE,
+                version=version,
+                changes=_with_managers(changes, live),
+                taken_from=taken_from,
+            )
         )
-        return
-    kind, message = refusal
-    planning.findings.append(_finding(kind, target, message, live=live))
-    planning.objects.append(
-        _object_plan(target, ObjectAction.UPDATE, version=version, changes=changes)
+
+
+def _with_managers(changes: Iterable[FieldChange], live: Mapping[str, Any]) -> list[FieldChange]:
+    """The changes, each with the field manager (not reconcile) that owns its live value."""
+    return [
+        c.model_copy(update={"manager": owner}) if (owner := field_owner(c.path, live)) else c
+        for c in changes
+    ]
+
+
+def field_owner(path: tuple[str | int, ...], live: Mapping[str, Any]) -> str | None:
+    """The field manager other than reconcile that owns `path` of `live` (per its
+    managedFields; the first by name when several share it), or None."""
+    owners = sorted(
+        str(entry.get("manager"))
+        for entry in (live.get("metadata") or {}).get("managedFields") or ()
+        if entry.get("manager") != FIELD_MANAGER
+        and entry.get("fieldsV1")
+        and owns(path, entry["fieldsV1"], live)
     )
-
-
-def _needs_recreate(target: Target, cluster: ObjectApi) -> bool:
-    """Whether the change, conflicts set aside, is one the server refuses to make in place."""
-    try:
-        cluster.apply_object(target.resource, target.config, dry_run=True, force=True)
-    except Invalid as e:
-        return is_immutable(e)
-    except ApiError:
-        return False
-    return False
+    return owners[0] if owners else None
 
 
 def _unknown_kinds(state: DesiredState) -> list[Diagnostic]:
@@ -402,15 +525,18 @@ def desired_configs(state: DesiredState) -> dict[ObjectId, dict[str, Any]]:
     }
 
 
-def replan_object(obj: ObjectPlan, config: dict[str, Any], cluster: ObjectApi) -> ObjectPlan | None:
+def replan_object(
+    obj: ObjectPlan, config: dict[str, Any], cluster: ObjectApi, *, force: bool = False
+) -> ObjectPlan | None:
     """An update planned again against the object as it is now (after a 409): the same
-    action with the live resourceVersion and changes, or None when it needs nothing."""
+    action with the live resourceVersion and changes (and the people it takes them back
+    from), or None when it needs nothing."""
     live = cluster.get_object(obj.resource, obj.namespace, obj.name)
     if live is None:
         return obj.model_copy(
             update={"action": ObjectAction.CREATE, "resourceVersion": None, "changes": ()}
         )
-    result = cluster.apply_object(obj.resource, config, dry_run=True)
+    result, taken_from = dry_run_update(obj.resource, config, cluster, force=force)
     is_sensitive = sensitive.is_sensitive(obj.apiVersion, obj.kind)
     changes = _marked(
         _Compared(config, live, is_sensitive=is_sensitive).update_drift(result),
@@ -419,4 +545,10 @@ def replan_object(obj: ObjectPlan, config: dict[str, Any], cluster: ObjectApi) -
     if not changes:
         return None
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")
-    return obj.model_copy(update={"resourceVersion": version, "changes": tuple(changes)})
+    return obj.model_copy(
+        update={
+            "resourceVersion": version,
+            "changes": tuple(_with_managers(changes, live)),
+            "takenFrom": taken_from or None,
+        }
+    )

@@ -17,9 +17,13 @@ what it does with the answers. It keeps the rules those callers depend on and no
 - an eviction is refused (429, cause DisruptionBudget) when a budget selecting the pod
   allows no disruption, else spends one of its disruptions and deletes the pod.
 
-Field ownership (conflicts, fields shared with other managers), immutable fields,
-defaulting, admission and graceful deletion (an evicted or deleted pod is gone at once)
-are not modelled: the sandbox and end-to-end tests hold the client to the real protocol,
+- `update_object` is a merge patch as another field manager (kubectl-patch, a
+  controller): it takes ownership of the fields whose values it changed, and an apply
+  that would change a field another manager owns is refused (409, one cause per field
+  naming the manager, as the API server words it) unless forced, which takes it over.
+
+Fields shared with other managers, immutable fields, defaulting, admission and graceful
+deletion (an evicted or deleted pod is gone at once) are not modelled: the sandbox and end-to-end tests hold the client to the real protocol,
 and tests/sandbox/test_fake.py holds this fake to the sandbox where it does model it.
 """
 
@@ -35,6 +39,7 @@ from reconcile.kube import wire
 from reconcile.kube.objects import FIELD_MANAGER, ApiResource, LiveNode, NodeEvent
 from reconcile.kube.selector import from_label_selector
 from reconcile.kube.selector import parse as parse_selector
+from reconcile.sandbox import fields as ownership
 
 
 def _kind(api_version: str, plural: str, kind: str, namespaced: bool = True) -> ApiResource:
@@ -447,13 +452,32 @@ class FakeCluster:
         dry_run: bool = False,
         force: bool = False,
     ) -> dict[str, Any]:
-        return self._apply(resource, body, dry_run=dry_run)[1]
+        return self._apply(resource, body, dry_run=dry_run, force=force)[1]
 
     def apply_created(self, resource: ApiResource, body: dict[str, Any], *, force: bool) -> bool:
-        return self._apply(resource, body, dry_run=False)[0]
+        return self._apply(resource, body, dry_run=False, force=force)[0]
+
+    def update_object(
+        self,
+        resource: ApiResource,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        manager: str,
+    ) -> dict[str, Any]:
+        """A merge patch by field manager `manager` (an Update): it owns what it changed."""
+        key = self._key(resource, namespace, name)
+        live = self.objects[key]
+        after = _merged(copy.deepcopy(live), patch)
+        ownership.record_update(live, after, manager, resource.api_version)
+        if after != live:
+            _metadata(after)["resourceVersion"] = self._next_version()
+        self.objects[key] = after
+        return copy.deepcopy(after)
 
     def _apply(
-        self, resource: ApiResource, body: dict[str, Any], *, dry_run: bool
+        self, resource: ApiResource, body: dict[str, Any], *, dry_run: bool, force: bool = False
     ) -> tuple[bool, dict[str, Any]]:
         """(created, the object after server-side apply of `body`)."""
         config = copy.deepcopy(body)
@@ -470,6 +494,7 @@ class FakeCluster:
             live is None or precondition != live["metadata"]["resourceVersion"]
         ):
             raise _modified(resource, name)
+        others_fields = _taken_over(live, config, force=force)
         after = _merged(live or {}, config)
         after.update(apiVersion=resource.api_version, kind=resource.kind)
         managed: dict[str, Any] = {
@@ -484,6 +509,8 @@ class FakeCluster:
                 _release(after, entry.get("fieldsV1") or {}, managed["fieldsV1"])
             else:
                 others.append(entry)
+        if others_fields is not None:
+            others = [o for o in others_fields if o.get("fieldsV1")]
         _metadata(after)["managedFields"] = [*others, managed]
         if live is None and not dry_run:
             _metadata(after)["uid"] = f"uid-{next(_UIDS)}"
@@ -510,3 +537,47 @@ class FakeCluster:
     def identity(self) -> tuple[str, str]:
         kube_system = self.objects.get(self._key(NAMESPACES, "", "kube-system")) or {}
         return "https://fake.invalid", str((kube_system.get("metadata") or {}).get("uid") or "")
+
+
+def _taken_over(
+    live: dict[str, Any] | None, config: dict[str, Any], *, force: bool
+) -> list[dict[str, Any]] | None:
+    """The managedFields entries of managers other than reconcile once a forced `config`
+    took fields over from them (None: it took none); a conflict when they own such a
+    field and the apply is not forced."""
+    if live is None:
+        return None
+    entries = [
+        e
+        for e in ownership.entries_of(live)
+        if (e.manager, e.operation) != (FIELD_MANAGER, "Apply")
+    ]
+    wanted = ownership.leaf_values(config)
+    current = ownership.leaf_values(live)
+    conflicts = [
+        (entry, path)
+        for path, value in sorted(wanted.items())
+        if path in current and current[path] != value
+        for entry in entries
+        if path in entry.fields
+    ]
+    if conflicts and not force:
+        causes = tuple(
+            {
+                "reason": "FieldManagerConflict",
+                "message": f"conflict with {entry.describe()}",
+                "field": ownership.show_path(path),
+            }
+            for entry, path in conflicts
+        )
+        first, path = conflicts[0]
+        message = (
+            f"Apply failed with {len(conflicts)} conflict(s): conflict with "
+            f"{first.describe()}: {ownership.show_path(path)}"
+        )
+        raise Conflict(409, "Conflict", message, causes)
+    if not conflicts:
+        return None
+    for entry, path in conflicts:
+        entry.fields.discard(path)
+    return [e.to_json() for e in entries]

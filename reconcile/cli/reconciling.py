@@ -97,7 +97,7 @@ def _object_options(command: F) -> F:
     return click.option(
         "--force-conflicts",
         is_flag=True,
-        help="Take ownership of fields another field manager owns (server-side apply force).",
+        help="Take ownership of fields a controller owns (server-side apply force); fields people changed with kubectl are taken back without it.",
     )(command)
 
 

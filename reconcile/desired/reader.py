@@ -251,7 +251,7 @@ class _Loader:
                 continue
             # A directory named by a kustomization but holding none of this tree's files
             # (another cluster's overlay) is listed as it is.
-            names = listing.get(directory) or [p.name for p in directory.iterdir()]
+            names = listing.get(directory) or _listed(directory)
             file = kustomize.kustomization_file(names)
             if file is None:
                 continue  # kustomize says what is missing when it renders
@@ -842,6 +842,14 @@ class _Loader:
             )
         self.problems.extend(found)
         return bool(found)
+
+
+def _listed(directory: Path) -> list[str]:
+    """The names in `directory`; none when it cannot be listed (kustomize then says why)."""
+    try:
+        return [path.name for path in directory.iterdir()]
+    except OSError:
+        return []
 
 
 def _parts(text: str, base: Path) -> list[str]:

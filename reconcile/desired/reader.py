@@ -630,7 +630,7 @@ class _Loader:
                     )
                 )
                 continue
-            manifest = Manifest(body, where, doc.values)
+            manifest = Manifest(body, where, doc.values, doc.keys)
             if self._manifest_problems(manifest, doc):
                 continue
             key = ObjectId.of(

@@ -10,6 +10,7 @@ Layout:
     desired/drivers/*.yaml|*.yml   DriverSupportMatrix
     desired/drivers/*.csv          driver_branch,kernel,os_tag
     desired/workloads/**.yaml      plain Kubernetes manifests
+    desired/workloads/**/kustomization.yaml   a directory rendered by kustomize (kustomize.py)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import csv
 import hashlib
 import io
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,7 +27,7 @@ from pydantic import ValidationError
 
 from reconcile import diagnostics as diag
 from reconcile import files as safefiles
-from reconcile.desired import simple
+from reconcile.desired import kustomize, simple
 from reconcile.desired.models import (
     ANNOTATIONS_MAX_BYTES,
     API_VERSION,
@@ -122,6 +123,15 @@ class FileNames:
         return Path(path).relative_to(self.root).as_posix()
 
 
+@dataclass
+class _Kustomized:
+    """The kustomization directories of a tree: the entries kustomize reads (never read as
+    manifests of their own) and the kustomizations to render, each with whether it may be."""
+
+    owned: set[str]
+    roots: list[tuple[kustomize.Kustomization, bool]]
+
+
 class _Loader:
     def __init__(
         self,
@@ -161,16 +171,17 @@ class _Loader:
         entries = self.entries
         if entries is None:
             entries = [(path, refused, self.root) for path, refused in safefiles.walk(self.root)]
+        # Only when some file is named like a kustomization: no other cost otherwise.
+        kustomized = (
+            self._kustomizations(entries)
+            if any(e[0].rpartition("/")[2] in kustomize.KUSTOMIZATION_FILES for e in entries)
+            else None
+        )
         for text, refused, base in entries:
             if refused is not None:
                 self._refuse(text, refused)
                 continue
-            base_text = str(base).rstrip("/") + "/"
-            parts = (
-                text[len(base_text) :].split("/")
-                if text.startswith(base_text)
-                else list(Path(text).relative_to(base).parts)
-            )
+            parts = _parts(text, base)
             area = parts[0] if len(parts) > 1 else ""
             _, dot, extension = parts[-1].rpartition(".")
             suffix = "." + extension.lower() if dot and parts[-1][0] != "." else ""
@@ -185,6 +196,8 @@ class _Loader:
                 self._yaml_file(Path(text), DRIVER_SUPPORT_MATRIX)
             elif area == "drivers" and len(parts) == 2 and suffix == ".csv":
                 self._csv_file(Path(text))
+            elif kustomized is not None and area == "workloads" and text in kustomized.owned:
+                continue  # read by kustomize, not as a manifest of its own
             elif area == "workloads" and suffix in (*YAML_SUFFIXES, ".json"):
                 self._manifest_file(Path(text))
             elif suffix in (*YAML_SUFFIXES, ".env", ".csv", ".json"):
@@ -196,6 +209,8 @@ class _Loader:
                         "drivers/*.yaml|*.csv and workloads/**.yaml",
                     )
                 )
+        if kustomized is not None:
+            self._render(kustomized)
         self._selectors_on_declared_keys()
         self._annotation_budget()
         return DesiredState(
@@ -205,6 +220,142 @@ class _Loader:
             manifests=tuple(self.manifests),
             digest="sha256:" + self._digest.hexdigest(),
         )
+
+    def _shown(self, path: Path) -> str:
+        """How a path made absolute (by kustomize.py) is named in messages."""
+        relative = path.relative_to(kustomize.absolute(self.root))
+        return self.name(self.root / relative if relative.parts else self.root)
+
+    def _kustomizations(self, entries: list[Entry]) -> _Kustomized:
+        """Every kustomization in a workloads area and those they name, read without
+        running anything; what each may not do is reported here. The ones rendered are
+        those no other kustomization names (an overlay, not its base) and not components."""
+        listing: dict[Path, list[str]] = {}
+        candidates: set[Path] = set()
+        refused: list[Path] = []
+        absolutes = {text: kustomize.absolute(text) for text, _, _ in entries}
+        for text, refusal, base in entries:
+            path = absolutes[text]
+            listing.setdefault(path.parent, []).append(path.name)
+            if refusal is not None:
+                refused.append(path)
+            elif (
+                path.name in kustomize.KUSTOMIZATION_FILES and _parts(text, base)[0] == "workloads"
+            ):
+                candidates.add(path.parent)
+        found: dict[Path, kustomize.Kustomization] = {}
+        pending = list(candidates)
+        while pending:
+            directory = pending.pop()
+            if directory in found:
+                continue
+            # A directory named by a kustomization but holding none of this tree's files
+            # (another cluster's overlay) is listed as it is.
+            names = listing.get(directory) or _listed(directory)
+            file = kustomize.kustomization_file(names)
+            if file is None:
+                continue  # kustomize says what is missing when it renders
+            found[directory] = kustomize.read(self.root, directory, file)
+            pending.extend(found[directory].directories)
+        named = {d for k in found.values() for d in k.directories}
+        for k in found.values():
+            for message, detail in k.refusals:
+                self.problems.append(diag.error(message, Source(self._shown(k.file), 1, 1), detail))
+        files = {f for k in found.values() for f in k.files}
+        owned = {
+            text
+            for text, path in absolutes.items()
+            if path in files or any(path.is_relative_to(d) for d in found)
+        }
+        roots = []
+        for directory in sorted(candidates):
+            root = found.get(directory)
+            if root is None or root.component or directory in named:
+                continue
+            closure = self._closure(directory, found)
+            allowed = not any(found[d].refusals for d in closure) and not any(
+                r.is_relative_to(d) for r in refused for d in closure
+            )
+            roots.append((root, allowed))
+        return _Kustomized(owned, roots)
+
+    @staticmethod
+    def _closure(directory: Path, found: dict[Path, kustomize.Kustomization]) -> set[Path]:
+        """`directory` and every kustomization directory it names, directly or not."""
+        seen: set[Path] = set()
+        pending = [directory]
+        while pending:
+            current = pending.pop()
+            if current in seen or current not in found:
+                continue
+            seen.add(current)
+            pending.extend(found[current].directories)
+        return seen
+
+    def _render(self, kustomized: _Kustomized) -> None:
+        """Each kustomization that may be rendered, its objects read as manifests written
+        in its kustomization file (they have no lines of their own)."""
+        runnable = [k for k, allowed in kustomized.roots if allowed]
+        if not runnable:
+            return
+        command = kustomize.renderer()
+        if command is None:
+            others = len(runnable) - 1
+            self.problems.append(
+                diag.error(
+                    f"cannot render {self._shown(runnable[0].directory)}"
+                    + (f" (and {others} other kustomization{'s' * (others > 1)})" if others else "")
+                    + ": neither kustomize nor kubectl is on PATH",
+                    Source(self._shown(runnable[0].file), 1, 1),
+                    "install kustomize (or kubectl, for `kubectl kustomize`), or render the "
+                    "directory and commit the manifests instead",
+                )
+            )
+            return
+        for k in runnable:
+            where = Source(self._shown(k.file), 1, 1)
+            try:
+                text = kustomize.render(command, k.directory)
+            except kustomize.RenderError as e:
+                message = str(e).replace(str(kustomize.absolute(self.root)), self._names.shown_root)
+                self.problems.append(
+                    diag.error(
+                        f"kustomize could not render {self._shown(k.directory)}", where, message
+                    )
+                )
+                continue
+            data = text.encode("utf-8")
+            relative = k.file.relative_to(kustomize.absolute(self.root)).as_posix()
+            self._digest.update(relative.encode() + b"\0")
+            self._digest.update(len(data).to_bytes(8, "big") + data)
+            documents, problems = parse_yaml(text, where.file)
+            if problems:
+                self.problems.append(
+                    diag.error(
+                        f"kustomize's output for {self._shown(k.directory)} is not YAML",
+                        where,
+                        problems[0].message,
+                    )
+                )
+                continue
+            in_layer = self.layer is not None and k.directory.is_relative_to(
+                kustomize.absolute(self.layer.root)
+            )
+            for document in documents:
+                found = identity(document.data)
+                if (
+                    self.layer is not None
+                    and not in_layer
+                    and found is not None
+                    and found in self.layer.shadowed
+                ):
+                    continue
+                shown = shown_identity(found) if found is not None else "a document"
+                # Positions would be lines of kustomize's output: name the object instead.
+                self._manifest(
+                    YamlDocument(data=document.data, file=where.file, start=(1, 1)),
+                    f"rendered {shown}: ",
+                )
 
     def _refuse(self, path: str | Path, what: str) -> None:
         """A file that is not a regular file inside desired/: named, never opened."""
@@ -599,51 +750,61 @@ class _Loader:
 
     def _manifest_file(self, path: Path) -> None:
         for doc in self._yaml_documents(path, "Kubernetes object"):
-            where = doc.at(())
-            body = doc.data
-            if not isinstance(body, dict):
-                self.problems.append(diag.error("expected a Kubernetes object (a mapping)", where))
-                continue
-            if (body.get("apiVersion"), body.get("kind")) == ("v1", "Node"):
-                self.problems.append(_node_manifest(doc))
-                continue
-            missing = [
-                name
-                for name, present in (
-                    ("apiVersion", isinstance(body.get("apiVersion"), str) and body["apiVersion"]),
-                    ("kind", isinstance(body.get("kind"), str) and body["kind"]),
-                    (
-                        "metadata.name",
-                        isinstance(body.get("metadata"), dict)
-                        and isinstance(body["metadata"].get("name"), str)
-                        and body["metadata"]["name"],
-                    ),
-                )
-                if not present
-            ]
-            if missing:
-                self.problems.append(
-                    diag.error(
-                        f"missing required field {', '.join(missing)}",
-                        where,
-                        "every manifest needs apiVersion, kind and metadata.name",
-                    )
-                )
-                continue
-            manifest = Manifest(body, where, doc.values, doc.keys)
-            if self._manifest_problems(manifest, doc):
-                continue
-            key = ObjectId.of(
-                manifest.api_version, manifest.kind, manifest.namespace, manifest.name
+            self._manifest(doc)
+
+    def _manifest(self, doc: YamlDocument, rendered: str = "") -> None:
+        """One manifest; `rendered` prefixes its problems (an object kustomize rendered)."""
+        before = len(self.problems)
+        self._check_manifest(doc)
+        if rendered:
+            for index in range(before, len(self.problems)):
+                problem = self.problems[index]
+                self.problems[index] = replace(problem, summary=rendered + problem.summary)
+
+    def _check_manifest(self, doc: YamlDocument) -> None:
+        where = doc.at(())
+        body = doc.data
+        if not isinstance(body, dict):
+            self.problems.append(diag.error("expected a Kubernetes object (a mapping)", where))
+            return
+        if (body.get("apiVersion"), body.get("kind")) == ("v1", "Node"):
+            self.problems.append(_node_manifest(doc))
+            return
+        missing = [
+            name
+            for name, present in (
+                ("apiVersion", isinstance(body.get("apiVersion"), str) and body["apiVersion"]),
+                ("kind", isinstance(body.get("kind"), str) and body["kind"]),
+                (
+                    "metadata.name",
+                    isinstance(body.get("metadata"), dict)
+                    and isinstance(body["metadata"].get("name"), str)
+                    and body["metadata"]["name"],
+                ),
             )
-            first = self._objects.get(key)
-            if first is not None:
-                self.problems.append(
-                    diag.error(f"{key} is declared twice", where, f"first declared at {first}")
+            if not present
+        ]
+        if missing:
+            self.problems.append(
+                diag.error(
+                    f"missing required field {', '.join(missing)}",
+                    where,
+                    "every manifest needs apiVersion, kind and metadata.name",
                 )
-                continue
-            self._objects[key] = where
-            self.manifests.append(manifest)
+            )
+            return
+        manifest = Manifest(body, where, doc.values, doc.keys)
+        if self._manifest_problems(manifest, doc):
+            return
+        key = ObjectId.of(manifest.api_version, manifest.kind, manifest.namespace, manifest.name)
+        first = self._objects.get(key)
+        if first is not None:
+            self.problems.append(
+                diag.error(f"{key} is declared twice", where, f"first declared at {first}")
+            )
+            return
+        self._objects[key] = where
+        self.manifests.append(manifest)
 
     def _manifest_problems(self, manifest: Manifest, doc: YamlDocument) -> bool:
         """Report what the API server would refuse, offline; True when anything was found."""
@@ -681,6 +842,22 @@ class _Loader:
             )
         self.problems.extend(found)
         return bool(found)
+
+
+def _listed(directory: Path) -> list[str]:
+    """The names in `directory`; none when it cannot be listed (kustomize then says why)."""
+    try:
+        return [path.name for path in directory.iterdir()]
+    except OSError:
+        return []
+
+
+def _parts(text: str, base: Path) -> list[str]:
+    """The components of the path `text` below `base` (the directory its areas are in)."""
+    base_text = str(base).rstrip("/") + "/"
+    if text.startswith(base_text):
+        return text[len(base_text) :].split("/")
+    return list(Path(text).relative_to(base).parts)
 
 
 def _node_manifest(doc: YamlDocument) -> Diagnostic:

@@ -49,6 +49,9 @@ CONFIGMAPS: Final = _kind("v1", "configmaps", "ConfigMap")
 BUDGETS: Final = _kind("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget")
 LEASES: Final = _kind("coordination.k8s.io/v1", "leases", "Lease")
 EVENTS: Final = _kind("events.k8s.io/v1", "events", "Event")
+CRDS: Final = _kind(
+    "apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
 
 KINDS: Final = (
     NAMESPACES,
@@ -65,6 +68,7 @@ KINDS: Final = (
     EVENTS,
     _kind("rbac.authorization.k8s.io/v1", "roles", "Role"),
     _kind("rbac.authorization.k8s.io/v1", "clusterroles", "ClusterRole", namespaced=False),
+    CRDS,
 )
 
 _Key = tuple[str, str, str, str]  # group, plural, namespace, name
@@ -161,6 +165,9 @@ class FakeCluster:
         kinds: Iterable[ApiResource] = KINDS,
     ) -> None:
         self.kinds = tuple(kinds)
+        # Applied CRDs become Established (and their kinds served) at once; a test that
+        # needs the delay sets this False and calls establish().
+        self.establish_crds = True
         self.version = 0
         self.nodes: dict[str, dict[str, Any]] = {}
         self.objects: dict[_Key, dict[str, Any]] = {}
@@ -462,6 +469,8 @@ class FakeCluster:
         name = str(metadata.get("name") or "")
         if not dry_run:
             self.writes.append(("apply", f"{resource.plural}/{namespace}/{name}"))
+        if resource.group and resource not in self.kinds:
+            raise NotFound(404, "NotFound", "the server could not find the requested resource")
         self._require_namespace(resource, namespace)
         key = self._key(resource, namespace, name)
         live = self.objects.get(key)
@@ -493,7 +502,28 @@ class FakeCluster:
             return live is None, after
         _metadata(after)["resourceVersion"] = self._next_version()
         self.objects[key] = after
+        if resource == CRDS and self.establish_crds:
+            self.establish(name)
         return live is None, copy.deepcopy(after)
+
+    def establish(self, name: str) -> None:
+        """The CRD `name` Established, and its served versions' kind served, as the API
+        server does once it accepted the names."""
+        crd = self.objects[self._key(CRDS, "", name)]
+        crd["status"] = {"conditions": [{"type": "Established", "status": "True"}]}
+        spec = crd.get("spec") or {}
+        names = spec.get("names") or {}
+        for version in spec.get("versions") or ():
+            if version.get("served"):
+                served = ApiResource(
+                    spec["group"],
+                    version["name"],
+                    names["plural"],
+                    names["kind"],
+                    spec.get("scope") != "Cluster",
+                )
+                if served not in self.kinds:
+                    self.kinds = (*self.kinds, served)
 
     def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
         """Delete (a namespace with everything in it); False when it was already gone."""

@@ -436,6 +436,8 @@ SYSTEM_NAMESPACES = frozenset({"default", "kube-node-lease", "kube-public", "kub
 _CLUSTER_KINDS = (
     "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    # Last: a CRD goes with its custom resources (its finalizer deletes them first).
+    CRD_COLLECTION := "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
 )
 
 
@@ -492,6 +494,14 @@ def reset(cluster: TestCluster) -> None:
         )
         for item in found.get("items") or () if status == 200 else ():
             cluster.raw("DELETE", f"{collection}/{item['metadata']['name']}")
+    wait_for(
+        lambda: (
+            not cluster.raw(
+                "GET", f"{CRD_COLLECTION}?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dreconcile"
+            )[1].get("items")
+        ),
+        what="custom resource definitions to go",
+    )
     cluster.raw("DELETE", "/api/v1/nodes", now)
     wait_for(
         lambda: not cluster.raw("GET", "/api/v1/nodes")[1].get("items"),

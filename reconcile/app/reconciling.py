@@ -215,7 +215,7 @@ def apply_all(
             opened, state = None, load_one(session)
         cluster = connected()
         target = Target(None, opened.desired if opened is not None else state)  # type: ignore[arg-type]
-        request = _request(cluster, target, planning, writing, opened, steps)
+        request = _request(cluster, target, planning, writing, opened, steps, timeout)
         with stoppable() as stopped:
             started = time.monotonic()
             result = operations.apply(
@@ -241,6 +241,7 @@ def _request(
     writing: Writing,
     opened: SavedPlan | None,
     steps: Steps,
+    timeout: float,
 ) -> ApplyRequest:
     """What apply writes to `cluster`: the saved plan as planning again confirms it (with
     the options apply was given), or the plan made now."""
@@ -262,7 +263,10 @@ def _request(
             configs=desired_configs(target.state),
         )
     return dataclasses.replace(
-        request, parallel=writing.parallel, allow_refused=writing.allow_refused
+        request,
+        parallel=writing.parallel,
+        allow_refused=writing.allow_refused,
+        served_wait=timeout,
     )
 
 
@@ -290,7 +294,9 @@ def _apply_fleet(
         def verify(name: str) -> tuple[Cluster, ApplyRequest]:
             target = found.named(name)
             cluster = session.connect(timeout, target)
-            return cluster, _request(cluster, target, planning, writing, opened[name], QUIET)
+            return cluster, _request(
+                cluster, target, planning, writing, opened[name], QUIET, timeout
+            )
 
         outcomes = fleets.each(found.names, verify)
         if refused := [f"{o.cluster}: {o.error}" for o in outcomes if o.error is not None]:
@@ -307,7 +313,7 @@ def _apply_fleet(
                 cluster, request = verified[name]
             else:
                 cluster = session.connect(timeout, target)
-                request = _request(cluster, target, planning, writing, None, QUIET)
+                request = _request(cluster, target, planning, writing, None, QUIET, timeout)
             result = operations.apply(
                 request, cluster, policy=gpu.policy(target.state), should_stop=lambda: bool(stopped)
             )

@@ -210,6 +210,8 @@ class ApplyRequest:
     parallel: int = 8
     # Write nodes the node policy refused (--allow-missing-image).
     allow_refused: bool = False
+    # How long apply waits for a CRD it applied to be established and served (--timeout).
+    served_wait: float = 60.0
 
 
 def apply(
@@ -244,5 +246,6 @@ def apply(
         saved=request.saved,
         configs=request.configs,
         should_stop=should_stop,
+        served_wait=request.served_wait,
     )
     return dataclasses.replace(nodes, objects=objects, retries=cluster.retries)

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import yaml
 
+from reconcile.kube import crds
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.selector import SelectorError, parse
 from reconcile.kube.validation import FieldError
@@ -35,7 +36,7 @@ from reconcile.sandbox.errors import (
     unsupported_media_type,
 )
 from reconcile.sandbox.patch import PatchError, json_patch, merge_patch, strategic_merge_patch
-from reconcile.sandbox.resources import BY_PATH, Resource
+from reconcile.sandbox.resources import BY_PATH, CRDS, RESOURCES, Resource, custom_resources
 from reconcile.sandbox.store import Key, Obj, Page, Store, encode
 from reconcile.sandbox.watch import Watch, WatchOptions
 
@@ -97,6 +98,11 @@ class SandboxApi:
         self.bookmark_interval = 60.0
 
     # --- reads -------------------------------------------------------------------------
+
+    def served(self) -> tuple[Resource, ...]:
+        """The built-in resources and those the Established CRDs serve."""
+        stored = list(self.store.values(CRDS.key))
+        return (*RESOURCES, *custom_resources(stored)) if stored else RESOURCES
 
     def get(self, resource: Resource, namespace: str, name: str) -> str:
         with self.store.lock:
@@ -239,6 +245,7 @@ class SandboxApi:
         if resource.namespaced:
             metadata["namespace"] = namespace
         defaults.apply(resource.group, resource.kind, obj, creating=True)
+        _structural(resource, obj)
         self._validate(resource, obj, None)
         if resource.namespaced and self.store.peek(NAMESPACES.key, ("", namespace)) is None:
             raise not_found(NAMESPACES, namespace)
@@ -436,6 +443,14 @@ class SandboxApi:
             if resource is PODS and self._terminating(old, grace):
                 return self._begin_termination(namespace, name, old, grace)
             self.store.delete(resource.key, (namespace, name))
+            if resource is CRDS:
+                # The CRD's finalizer deletes every custom resource of it first.
+                for custom in custom_resources([_established(old)]):
+                    for obj in list(self.store.values(custom.key)):
+                        metadata = obj["metadata"]
+                        self.store.delete(
+                            custom.key, (metadata.get("namespace") or "", metadata["name"])
+                        )
             if resource is NAMESPACES:
                 # No namespace controller here: what the namespace held goes with it at once.
                 for other in BY_PATH.values():
@@ -552,6 +567,7 @@ class SandboxApi:
         if not applied:
             metadata["managedFields"] = copy.deepcopy(old["metadata"].get("managedFields") or [])
         defaults.apply(resource.group, resource.kind, new, creating=False)
+        _structural(resource, new)
         self._validate(resource, new, old)
         if _without_volatile(new) == _without_volatile(old) and (
             not applied or _ownership(new) == _ownership(old)
@@ -569,7 +585,16 @@ class SandboxApi:
         return new
 
     def _after_write(self, resource: Resource, namespace: str) -> None:
-        """The disruption controller, run synchronously: keep PDB status current."""
+        """The disruption controller, run synchronously: keep PDB status current; the
+        CRD controller: a CRD's names accepted and Established (its own write, after the
+        one that created the CRD, as the API server's controller makes it)."""
+        if resource is CRDS:
+            for crd in list(self.store.values(CRDS.key)):
+                if not crds.is_established(crd):
+                    established = _established(crd)
+                    established["metadata"]["resourceVersion"] = self.store.next_resource_version()
+                    self.store.put(CRDS.key, ("", crd["metadata"]["name"]), established)
+            return
         if resource in (
             PODS,
             PDBS,
@@ -588,6 +613,10 @@ class SandboxApi:
         errors = apivalidation.validate_object(
             resource.group, resource.kind, obj, namespaced=resource.namespaced, old=old
         )
+        if resource.schema is not None:
+            errors += crds.validate_custom(_custom_kind(resource), obj)
+        elif resource is CRDS:
+            errors += _crd_errors(obj)
         if errors:
             raise invalid_object(
                 resource, str((obj.get("metadata") or {}).get("name") or ""), errors
@@ -771,3 +800,97 @@ def _scale(obj: Obj) -> Obj:
             "selector": ",".join(f"{k}={v}" for k, v in sorted(selector.items())),
         },
     }
+
+
+def _custom_kind(resource: Resource) -> crds.CustomKind:
+    return crds.CustomKind(
+        f"{resource.plural}.{resource.group}",
+        resource.group,
+        resource.version,
+        resource.plural,
+        resource.kind,
+        resource.namespaced,
+        resource.schema,
+    )
+
+
+def _structural(resource: Resource, obj: Obj) -> None:
+    """A custom resource as the API server stores it: fields its schema does not declare
+    dropped (pruning), then its defaults filled in."""
+    if resource.schema is None:
+        return
+    for path in sorted(crds.unknown_fields(resource.schema, obj), key=len, reverse=True):
+        parent: Any = obj
+        for part in path[:-1]:
+            parent = parent[part]
+        del parent[path[-1]]
+    # In place, metadata untouched: the caller holds on to it.
+    defaulted = crds.defaulted(resource.schema, obj)
+    for key, value in defaulted.items():
+        if key != "metadata":
+            obj[key] = value
+
+
+def _established(crd: Obj) -> Obj:
+    """The CRD with the status its controller writes once the names are accepted."""
+    crd = copy.deepcopy(crd)
+    spec = crd.get("spec") or {}
+    crd["status"] = {
+        "acceptedNames": spec.get("names") or {},
+        "conditions": [
+            {
+                "type": "NamesAccepted",
+                "status": "True",
+                "reason": "NoConflicts",
+                "message": "no conflicts found",
+            },
+            {
+                "type": "Established",
+                "status": "True",
+                "reason": "InitialNamesAccepted",
+                "message": "the initial names have been accepted",
+            },
+        ],
+        "storedVersions": [v.get("name") for v in spec.get("versions") or () if v.get("storage")],
+    }
+    return crd
+
+
+def _crd_errors(crd: Obj) -> list[apivalidation.FieldError]:
+    """What the sandbox checks of a CRD (upstream checks far more; what it does not check
+    here it does not serve: a CRD without a group, names or a served version serves
+    nothing)."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    errors = []
+    for field, value in (
+        ("spec.group", spec.get("group")),
+        ("spec.names.plural", names.get("plural")),
+        ("spec.names.kind", names.get("kind")),
+    ):
+        if not value:
+            errors.append(apivalidation.required(field, ""))
+    name = (crd.get("metadata") or {}).get("name")
+    if not errors and name != f"{names['plural']}.{spec['group']}":
+        errors.append(
+            apivalidation.invalid("metadata.name", name, 'must be spec.names.plural+"."+spec.group')
+        )
+    if spec.get("scope") not in ("Namespaced", "Cluster"):
+        errors.append(
+            apivalidation.FieldError(
+                "Unsupported value",
+                "spec.scope",
+                spec.get("scope"),
+                'supported values: "Cluster", "Namespaced"',
+            )
+        )
+    storage = [v for v in spec.get("versions") or () if isinstance(v, dict) and v.get("storage")]
+    if len(storage) != 1:
+        errors.append(
+            apivalidation.invalid(
+                "spec.versions",
+                spec.get("versions"),
+                "must have exactly one version marked as storage version",
+            )
+        )
+    return errors

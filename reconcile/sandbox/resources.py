@@ -6,9 +6,11 @@ the namespaced/cluster distinction and field selectors, so a new kind is one row
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from reconcile.kube import crds
 from reconcile.sandbox import events
 
 # Verbs the sandbox implements (no `deletecollection`: refused with 405).
@@ -48,6 +50,8 @@ class Resource:
     # DELETE answers a Success Status, as upstream does for every kind deleted at once
     # (only the kinds added with watch say so yet; the others answer the deleted object).
     delete_status: bool = False
+    # A custom resource's: the openAPIV3Schema of its CRD's served version.
+    schema: Any = field(default=None, compare=False)
 
     @property
     def group_version(self) -> str:
@@ -237,6 +241,17 @@ RESOURCES: Final[tuple[Resource, ...]] = (
         delete_status=True,
     ),
     _r(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        "crd",
+        "crds",
+        sub=("status",),
+        categories=("api-extensions",),
+    ),
+    _r(
         "coordination.k8s.io",
         "v1",
         "leases",
@@ -269,8 +284,42 @@ VERSION: Final = {
 }
 
 
-def resource_for(api_version: str, kind: str) -> Resource | None:
-    return BY_KIND.get((api_version, kind))
+CRDS: Final = BY_PATH[("apiextensions.k8s.io", "v1", "customresourcedefinitions")]
+
+
+def custom_resources(crds_stored: Iterable[Mapping[str, Any]]) -> tuple[Resource, ...]:
+    """The resources the Established CRDs among `crds_stored` serve, one per served version."""
+    return tuple(
+        Resource(
+            kind.group,
+            kind.version,
+            kind.plural,
+            kind.kind,
+            kind.namespaced,
+            list_kind=kind.kind + "List",
+            schema=kind.schema,
+        )
+        for crd in crds_stored
+        if crds.is_established(crd)
+        for kind in crds.custom_kinds([crd]).values()
+    )
+
+
+def resource_for(
+    api_version: str, kind: str, served: tuple[Resource, ...] = RESOURCES
+) -> Resource | None:
+    if served is RESOURCES:
+        return BY_KIND.get((api_version, kind))
+    return next(
+        (r for r in served if (r.group_version, r.kind) == (api_version, kind) and not r.read_only),
+        None,
+    )
+
+
+def by_path(served: tuple[Resource, ...]) -> dict[tuple[str, str, str], Resource]:
+    if served is RESOURCES:
+        return BY_PATH
+    return {(r.group, r.version, r.plural): r for r in served}
 
 
 def api_versions() -> dict[str, Any]:
@@ -281,8 +330,8 @@ def api_versions() -> dict[str, Any]:
     }
 
 
-def _group_document(group: str) -> dict[str, Any]:
-    version = next(r.version for r in RESOURCES if r.group == group)
+def _group_document(group: str, served: tuple[Resource, ...] = RESOURCES) -> dict[str, Any]:
+    version = next(r.version for r in served if r.group == group)
     gv = {"groupVersion": f"{group}/{version}", "version": version}
     return {
         "kind": "APIGroup",
@@ -293,23 +342,31 @@ def _group_document(group: str) -> dict[str, Any]:
     }
 
 
-def api_group_list() -> dict[str, Any]:
+def _groups(served: tuple[Resource, ...]) -> tuple[str, ...]:
+    return (
+        GROUPS if served is RESOURCES else tuple(dict.fromkeys(r.group for r in served if r.group))
+    )
+
+
+def api_group_list(served: tuple[Resource, ...] = RESOURCES) -> dict[str, Any]:
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
         "groups": [
-            {k: v for k, v in _group_document(g).items() if k not in ("kind", "apiVersion")}
-            for g in GROUPS
+            {k: v for k, v in _group_document(g, served).items() if k not in ("kind", "apiVersion")}
+            for g in _groups(served)
         ],
     }
 
 
-def api_group(group: str) -> dict[str, Any] | None:
-    return _group_document(group) if group in GROUPS else None
+def api_group(group: str, served: tuple[Resource, ...] = RESOURCES) -> dict[str, Any] | None:
+    return _group_document(group, served) if group in _groups(served) else None
 
 
-def resource_list(group: str, version: str) -> dict[str, Any] | None:
-    members = [r for r in RESOURCES if r.group == group and r.version == version]
+def resource_list(
+    group: str, version: str, served: tuple[Resource, ...] = RESOURCES
+) -> dict[str, Any] | None:
+    members = [r for r in served if r.group == group and r.version == version]
     if not members:
         return None
     entries: list[dict[str, Any]] = []

@@ -83,8 +83,11 @@ class FaultInjector:
         return None
 
 
-def _parse_route(path: str) -> Route | str | None:
+def _parse_route(
+    path: str, served: tuple[Resource, ...] = resources.RESOURCES
+) -> Route | str | None:
     """The resource a path names; a discovery document's name; or None when unknown."""
+    by_path = resources.by_path(served)
     parts = [unquote(p) for p in path.strip("/").split("/")]
     if parts[:2] == ["api", "v1"]:
         group, version, rest = "", "v1", parts[2:]
@@ -95,13 +98,9 @@ def _parse_route(path: str) -> Route | str | None:
     if not rest:
         return "discovery"
     namespace: str | None = None
-    if (
-        len(rest) >= 3
-        and rest[0] == "namespaces"
-        and (group, version, rest[2]) in resources.BY_PATH
-    ):
+    if len(rest) >= 3 and rest[0] == "namespaces" and (group, version, rest[2]) in by_path:
         namespace, rest = rest[1], rest[2:]
-    resource = resources.BY_PATH.get((group, version, rest[0]))
+    resource = by_path.get((group, version, rest[0]))
     if resource is None or len(rest) > 3:
         return None
     if namespace is not None and not resource.namespaced:
@@ -159,7 +158,7 @@ class Handler(BaseHTTPRequestHandler):
             body = self._body()
             if not self._authorized():
                 raise unauthorized()
-            route = _parse_route(split.path)
+            route = _parse_route(split.path, self.server.api.served())
             if isinstance(route, Route):
                 record.update(
                     resource=route.resource.plural,
@@ -519,7 +518,7 @@ class Handler(BaseHTTPRequestHandler):
         if parts[0] == "api":
             document = resources.resource_list("", "v1")
         else:
-            document = resources.resource_list(parts[1], parts[2])
+            document = resources.resource_list(parts[1], parts[2], self.server.api.served())
         if document is None:
             raise not_implemented_path(path)
         return 200, document
@@ -533,7 +532,7 @@ class Handler(BaseHTTPRequestHandler):
         if clean == "/api":
             return 200, resources.api_versions()
         if clean == "/apis":
-            return 200, resources.api_group_list()
+            return 200, resources.api_group_list(self.server.api.served())
         if clean in ("/healthz", "/readyz", "/livez"):
             return 200, b"ok"
         if clean == "/openapi/v3":
@@ -544,7 +543,7 @@ class Handler(BaseHTTPRequestHandler):
                 return 200, document
         parts = clean.strip("/").split("/")
         if len(parts) == 2 and parts[0] == "apis":
-            group = resources.api_group(parts[1])
+            group = resources.api_group(parts[1], self.server.api.served())
             if group is not None:
                 return 200, group
         raise not_implemented_path(path)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
+from reconcile.engine.objects import custom
 from reconcile.engine.objects.inventory import (
     CONFIGMAPS,
     INVENTORY_NAME,
@@ -31,6 +32,7 @@ from reconcile.engine.plan import ObjectAction, ObjectPlan, Plan
 from reconcile.engine.results import DONE_BY_OTHERS, MAX_CONFLICT_RETRIES, ObjectResult
 from reconcile.kube import sensitive
 from reconcile.kube.api import ObjectApi
+from reconcile.kube.crds import CustomKind
 from reconcile.kube.kinds import ObjectId
 
 
@@ -60,15 +62,29 @@ def preflight_objects(
     saved: bool,
     configs: Mapping[ObjectId, dict[str, Any]] | None = None,
 ) -> list[str]:
-    """Dry-run every create and update as it will be sent: the problems, if any."""
+    """Dry-run every create and update as it will be sent: the problems, if any. A
+    custom resource whose kind a CRD of the plan defines and the server does not serve
+    yet is dry-run by apply_objects, once that CRD is established."""
+    return _preflight(plan.objects, plan, cluster, saved=saved, configs=configs or {})
+
+
+def _preflight(
+    objects: Iterable[ObjectPlan],
+    plan: Plan,
+    cluster: ObjectApi,
+    *,
+    saved: bool,
+    configs: Mapping[ObjectId, dict[str, Any]],
+) -> list[str]:
     problems = []
-    for obj in plan.objects:
-        if not obj.action.dry_runs:
+    pending = _pending_kinds(plan, cluster)
+    for obj in objects:
+        if not obj.action.dry_runs or (obj.apiVersion, obj.kind) in pending:
             continue
         try:
             cluster.apply_object(
                 obj.resource,
-                _body(obj, precondition=saved, configs=configs or {}),
+                _body(obj, precondition=saved, configs=configs),
                 dry_run=True,
                 force=plan.forceConflicts,
             )
@@ -81,6 +97,20 @@ def preflight_objects(
     return problems
 
 
+def _pending_kinds(plan: Plan, cluster: ObjectApi) -> dict[tuple[str, str], CustomKind]:
+    """The kinds CRDs of the plan define that the server does not serve yet."""
+    kinds = custom.plan_kinds(o.manifest for o in plan.objects if o.action.dry_runs)
+    if not kinds:
+        return {}
+    discovery = cluster.discovery()
+    return {
+        key: kind
+        for key, kind in kinds.items()
+        if any((o.apiVersion, o.kind) == key for o in plan.objects)
+        and discovery.resource_for(*key) is None
+    }
+
+
 def apply_objects(
     plan: Plan,
     cluster: ObjectApi,
@@ -88,22 +118,35 @@ def apply_objects(
     saved: bool,
     configs: Mapping[ObjectId, dict[str, Any]] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    served_wait: float = 60.0,
 ) -> tuple[ObjectResult, ...]:
     """Apply creates and updates in kind order, then prunes in reverse; then the inventory.
 
     Every object about to be created is recorded in the inventory first: an apply that
     stops half-way never leaves an object that a later --prune cannot find. `configs`
     holds, by object id, the configuration of objects the plan holds only by digest
-    (`objects.plan.desired_configs`)."""
+    (`objects.plan.desired_configs`).
+
+    The first custom resource of a kind a CRD of the plan defines, not served yet, waits
+    (up to `served_wait` seconds) until that CRD is established and its kind served; then
+    every object left is dry-run, and if the server would reject any, none is applied."""
     inventory_id = f"ConfigMap/{INVENTORY_NAMESPACE}/{INVENTORY_NAME}"
     try:
         _record_before_creating(plan, cluster)
     except ReconcileError as e:
         return (ObjectResult(inventory_id, error=str(e)),)
     results: list[ObjectResult] = []
-    for obj in plan.objects:
+    pending = _pending_kinds(plan, cluster)
+    for index, obj in enumerate(plan.objects):
         if should_stop():
             return tuple(results)  # the rest, and the inventory, wait for the next run
+        waited = pending.pop((obj.apiVersion, obj.kind), None)
+        if waited is not None:
+            refused = _await_served(
+                waited, plan, plan.objects[index:], cluster, saved, configs or {}, served_wait
+            )
+            if refused:
+                return (*results, *refused)
         try:
             results.append(
                 _apply_object(obj, cluster, configs or {}, saved=saved, force=plan.forceConflicts)
@@ -121,6 +164,26 @@ def apply_objects(
         except ReconcileError as e:
             results.append(ObjectResult(inventory_id, error=str(e)))
     return tuple(results)
+
+
+def _await_served(
+    waited: CustomKind,
+    plan: Plan,
+    rest: Iterable[ObjectPlan],
+    cluster: ObjectApi,
+    saved: bool,
+    configs: Mapping[ObjectId, dict[str, Any]],
+    timeout: float,
+) -> list[ObjectResult]:
+    """Wait until `waited` is served, then dry-run what is left to apply: what stops the
+    apply here, if anything (nothing after this point is applied then)."""
+    rest = list(rest)
+    try:
+        custom.wait_served(waited, cluster, timeout=timeout)
+    except ReconcileError as e:
+        return [ObjectResult(rest[0].id, error=str(e))]
+    problems = _preflight(rest, plan, cluster, saved=saved, configs=configs)
+    return [ObjectResult(p.partition(": ")[0], error=p.partition(": ")[2]) for p in problems]
 
 
 def _record_before_creating(plan: Plan, cluster: ObjectApi) -> None:

@@ -29,6 +29,7 @@ from reconcile.diagnostics import (
 )
 from reconcile.engine.diff import FieldChange, manifest_drift, object_drift
 from reconcile.engine.findings import Finding
+from reconcile.engine.objects import custom
 from reconcile.engine.objects.inventory import MANAGED_BY, MANAGED_BY_LABEL
 from reconcile.engine.objects.prune import plan_prune
 from reconcile.engine.objects.targets import ObjectPlanning, Target
@@ -36,6 +37,7 @@ from reconcile.engine.plan import NO_OPTIONS, ObjectAction, ObjectPlan, PlanOpti
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.api import ObjectApi, ResourceFinder
+from reconcile.kube.crds import CustomKind
 from reconcile.kube.kinds import (
     BUILTIN_NAMESPACED,
     ObjectId,
@@ -83,7 +85,7 @@ def plan_objects(
     delete is always known."""
     planning = ObjectPlanning()
     discovery = cluster.discovery()
-    targets = _targets(state.manifests, discovery, planning)
+    targets = _targets(state.manifests, discovery, planning, custom.tree_kinds(state.manifests))
     live = _live(targets, cluster)
     declared_namespaces = {t.manifest.name for t in targets if t.resource.kind == "Namespace"}
     # Namespaces desired/ uses but does not create: one GET each (not a LIST of every
@@ -197,11 +199,22 @@ def null_hint(error: ApiError) -> str | None:
 
 
 def _targets(
-    manifests: Iterable[Manifest], discovery: ResourceFinder, planning: ObjectPlanning
+    manifests: Iterable[Manifest],
+    discovery: ResourceFinder,
+    planning: ObjectPlanning,
+    tree_kinds: Mapping[tuple[str, str], CustomKind],
 ) -> list[Target]:
+    """Each manifest with the resource serving it; a custom resource whose CRD is in the
+    tree but not served yet is pending (created after its CRD, never dry-run first)."""
     targets = []
     for manifest in manifests:
         resource = discovery.resource_for(manifest.api_version, manifest.kind)
+        defined = tree_kinds.get((manifest.api_version, manifest.kind))
+        if resource is None and defined is not None:
+            targets.append(
+                Target(manifest, custom.resource(defined), applied_config(manifest), pending=True)
+            )
+            continue
         if resource is None:
             planning.findings.append(
                 Finding(
@@ -226,7 +239,7 @@ def _live(targets: list[Target], cluster: ObjectApi) -> dict[ObjectId, dict[str,
     seen: set[tuple[str, str, str]] = set()
     for target in targets:
         key = (target.resource.api_version, target.resource.plural, target.namespace)
-        if key in seen:
+        if target.pending or key in seen:
             continue
         seen.add(key)
         for item in cluster.list_objects(target.resource, target.namespace):
@@ -315,7 +328,23 @@ def _plan_create(
     *,
     force: bool,
 ) -> None:
-    if target.resource.namespaced and target.namespace in declared_namespaces:
+    if target.pending:
+        # Validated offline against its CRD's schema (custom.desired_diagnostics).
+        planning.findings.append(
+            Finding(
+                severity=Severity.WARNING,
+                kind="not-dry-run",
+                subject=target.id,
+                message=(
+                    f"not dry-run: the API server does not serve {target.resource.api_version} "
+                    f"{target.resource.kind} until CustomResourceDefinition "
+                    f"{target.resource.plural}.{target.resource.group} in desired/ is applied; "
+                    f"checked offline against its schema, and dry-run by apply once it is "
+                    f"established ({target.manifest.source})"
+                ),
+            )
+        )
+    elif target.resource.namespaced and target.namespace in declared_namespaces:
         # Its namespace is created by this same apply: the server cannot dry-run it yet,
         # so check it offline with the API server's rules.
         errors = apivalidation.validate_object(
@@ -447,6 +476,7 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
             users.setdefault(manifest.namespace, []).append(manifest)
     return [
         *_unknown_kinds(state),
+        *custom.desired_diagnostics(state),
         *(
             diag.warning(
                 f"namespace {namespace} is not created by desired/",

@@ -5,7 +5,8 @@ desired/ no longer holds it, and it still carries reconcile's managed-by label; 
 Pruning is guarded: deleting every object of the inventory at once (an empty checkout, a
 wrong --desired) needs --allow-empty-prune, and a Namespace is not pruned while desired/
 still declares objects in it, nor while it holds objects reconcile does not manage
-(unless --prune-namespace-contents). A Node is never pruned, whatever the inventory says
+(unless --prune-namespace-contents), and a CustomResourceDefinition is not pruned while
+custom resources of it remain in the cluster. A Node is never pruned, whatever the inventory says
 (desired/ declares node facts in node files and groups, never as a Node object).
 """
 
@@ -27,8 +28,10 @@ from reconcile.engine.objects.inventory import (
 )
 from reconcile.engine.objects.targets import ObjectPlanning, Target
 from reconcile.engine.plan import ObjectAction, ObjectPlan
+from reconcile.kube import crds
 from reconcile.kube.api import ObjectApi, ResourceFinder
 from reconcile.kube.kinds import apply_rank, workload_id
+from reconcile.kube.objects import ApiResource
 
 # Kinds --prune never deletes, whatever an (older) inventory lists: deleting a Node
 # deregisters a machine, and node facts are not objects (desired/nodes, desired/groups).
@@ -123,11 +126,56 @@ def plan_prune(
                 prune_namespace_contents=prune_namespace_contents,
             )
         )
+    pruned_ids = {p.id for p in prunes}
+    for pruned in (p for p in prunes if crds.is_crd(p.apiVersion, p.kind)):
+        planning.findings.extend(_crd_prune_findings(pruned, pruned_ids, cluster))
     prunes.sort(key=lambda p: (apply_rank(p.kind), p.kind, p.namespace, p.name), reverse=True)
     planning.objects.extend(prunes)
     inventory = tuple(sorted(kept))
     if state.manifests or current:
         planning.inventory = inventory if inventory != tuple(sorted(current)) else None
+
+
+def _crd_prune_findings(
+    pruned: ObjectPlan, pruned_ids: set[str], cluster: ObjectApi
+) -> list[Finding]:
+    """Deleting a CRD deletes every custom resource of it: refused while any remains in
+    the cluster that this same prune does not delete first."""
+    live = cluster.get_object(pruned.resource, "", pruned.name)
+    remaining: list[str] = []
+    for kind in crds.custom_kinds([live or {}]).values():
+        try:
+            items = cluster.list_objects(
+                ApiResource(kind.group, kind.version, kind.plural, kind.kind, kind.namespaced)
+            )
+        except ApiError:
+            continue  # not served: nothing of it can remain
+        for item in items:
+            metadata = item.get("metadata") or {}
+            object_id = workload_id(
+                kind.kind, str(metadata.get("namespace") or ""), str(metadata.get("name"))
+            )
+            if object_id not in pruned_ids:
+                remaining.append(object_id)
+    if not remaining:
+        return []
+    remaining = sorted(set(remaining))
+    shown = ", ".join(remaining[:5]) + (
+        f" and {len(remaining) - 5} more" if len(remaining) > 5 else ""
+    )
+    return [
+        Finding(
+            severity=Severity.ERROR,
+            blocksApply=True,
+            kind="prune-crd-in-use",
+            subject=pruned.id,
+            message=(
+                f"{len(remaining)} custom resource(s) of it remain in the cluster ({shown}): "
+                "deleting the CustomResourceDefinition deletes them too. Delete them first, "
+                "or declare the CustomResourceDefinition again"
+            ),
+        )
+    ]
 
 
 def _namespace_prune_findings(

@@ -30,6 +30,8 @@ class Target:
     manifest: Manifest
     resource: ApiResource
     config: dict[str, Any]
+    # A custom resource whose CRD desired/ defines and the API server does not serve yet.
+    pending: bool = False
 
     @property
     def identity(self) -> ObjectId:

@@ -1,0 +1,132 @@
+"""Custom resources beside their CustomResourceDefinitions in one desired/ tree.
+
+A custom resource whose kind a CRD in the tree defines is validated offline against that
+CRD's schema for its served version (`validate`, each problem at its field's line). Until
+the API server serves the kind it cannot be dry-run: planning shows it as a create with a
+note, and apply waits, after the CRDs, until each is Established and its kind served.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from reconcile import diagnostics as diag
+from reconcile.desired.models import DesiredState, Manifest
+from reconcile.desired.problems import field_path
+from reconcile.diagnostics import Diagnostic, ReconcileError
+from reconcile.kube import crds, labels
+from reconcile.kube.api import ObjectApi
+from reconcile.kube.objects import ApiResource
+
+CRDS: Final = ApiResource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
+
+
+def tree_kinds(manifests: Iterable[Manifest]) -> dict[tuple[str, str], crds.CustomKind]:
+    """(apiVersion, kind) -> the served version of a kind a CRD in the tree defines."""
+    return crds.custom_kinds(m.body for m in manifests if crds.is_crd(m.api_version, m.kind))
+
+
+def resource(custom: crds.CustomKind) -> ApiResource:
+    """The resource the API server will serve the kind as, once the CRD is established."""
+    return ApiResource(custom.group, custom.version, custom.plural, custom.kind, custom.namespaced)
+
+
+def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
+    """Offline: every custom resource of a kind the tree's CRDs define, against the
+    schema of its served version (after defaulting, as the API server validates), each
+    problem at its field; a field the server would drop (pruning) is a warning."""
+    kinds = tree_kinds(state.manifests)
+    found: list[Diagnostic] = []
+    for manifest in state.manifests:
+        custom = kinds.get((manifest.api_version, manifest.kind))
+        if custom is None:
+            continue
+        if custom.namespaced and not manifest.namespace:
+            found.append(
+                diag.error(
+                    f"metadata.namespace is required: {manifest.kind} is namespaced "
+                    f"(CustomResourceDefinition {custom.crd})",
+                    manifest.at(("metadata",)),
+                    "desired state names its namespaces; nothing defaults to the context's",
+                )
+            )
+        elif not custom.namespaced and manifest.namespace:
+            found.append(
+                diag.error(
+                    f"{manifest.kind} is cluster-scoped (CustomResourceDefinition {custom.crd}): "
+                    "it has no namespace",
+                    manifest.at(("metadata", "namespace")),
+                    "remove metadata.namespace",
+                )
+            )
+        shown = (
+            f"{manifest.kind}.{custom.group} "
+            f"{labels.shown(manifest.name, labels.SHOWN_NAME)} is invalid: "
+        )
+        for problem in crds.validate_custom(custom, manifest.body):
+            found.append(
+                diag.error(
+                    shown + problem.shown(labels.SHOWN_NAME),
+                    manifest.at(field_path(problem.field)),
+                    f"the schema of {custom.api_version} in CustomResourceDefinition {custom.crd}",
+                )
+            )
+        for path in crds.unknown_fields(custom.schema, manifest.body):
+            found.append(
+                diag.warning(
+                    f"unknown field {_dotted(path)}: the schema of {custom.api_version} in "
+                    f"CustomResourceDefinition {custom.crd} does not declare it",
+                    manifest.at(path),
+                    "the API server drops it (pruning); declare it in the schema or remove it",
+                )
+            )
+    return found
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def wait_served(
+    custom: crds.CustomKind, cluster: ObjectApi, *, timeout: float, sleep: Any = time.sleep
+) -> None:
+    """Until the CRD is Established and discovery serves its kind; ReconcileError after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        crd = cluster.get_object(CRDS, "", custom.crd)
+        # Discovery is read anew: the group-version did not exist a moment ago.
+        if (
+            crd is not None
+            and crds.is_established(crd)
+            and cluster.discovery().resource_for(custom.api_version, custom.kind) is not None
+        ):
+            return
+        if time.monotonic() > deadline:
+            state = (
+                "not Established"
+                if crd is None or not crds.is_established(crd)
+                else (f"Established, but {custom.api_version} {custom.kind} is not served")
+            )
+            raise ReconcileError(
+                f"CustomResourceDefinition {custom.crd} is {state} after {timeout:g}s: "
+                "its custom resources were not applied; run apply again once it is"
+            )
+        sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def plan_kinds(
+    objects: Iterable[Mapping[str, Any] | None],
+) -> dict[tuple[str, str], crds.CustomKind]:
+    """The kinds the CRDs among a plan's configurations define."""
+    return crds.custom_kinds(
+        o
+        for o in objects
+        if o is not None and crds.is_crd(str(o.get("apiVersion")), str(o.get("kind")))
+    )

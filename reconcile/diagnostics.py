@@ -20,6 +20,8 @@ class Severity(enum.StrEnum):
 
     ERROR = "error"
     WARNING = "warning"
+    # A plan's finding worth knowing that needs no action (`note:`): never an exit 1.
+    NOTE = "note"
 
 
 @dataclass(frozen=True, order=True)

@@ -105,7 +105,11 @@ def upgrade_line(step: Step) -> str:
 
 # --- stderr ----------------------------------------------------------------------------------
 
-_COLOURS: Final = {Severity.ERROR: "\x1b[31m", Severity.WARNING: "\x1b[33m"}
+_COLOURS: Final = {
+    Severity.ERROR: "\x1b[31m",
+    Severity.WARNING: "\x1b[33m",
+    Severity.NOTE: "\x1b[36m",
+}
 
 
 def severity_prefix(severity: Severity, stream: TextIO) -> str:

@@ -241,6 +241,8 @@ class TextView(View):
         for finding in plan.findings:
             if finding.severity is Severity.ERROR:
                 err.write(finding_line(finding, err) + "\n")
+            elif finding.is_note:
+                log.info("%s: %s", finding.subject, finding.message)
             else:
                 log.warning("%s: %s", finding.subject, finding.message)
         if plan.prunable:
@@ -685,10 +687,9 @@ class MarkdownView(_Composed):
             "| Cluster | Node changes | Object changes | Findings |\n| --- | --- | --- | --- |\n",
         ]
         for name, plan in saved.plans.items():
-            errors = sum(1 for f in plan.findings if f.is_error)
             parts.append(
                 f"| {_code(name)} | {sum(1 for _ in plan.lines())} | {len(plan.objects)} | "
-                f"{errors} error(s), {len(plan.findings) - errors} warning(s) |\n"
+                f"{_finding_counts(plan)} |\n"
             )
         parts += [
             f"| {_code(name)} | **error** | | {_md(error)} |\n"
@@ -775,7 +776,7 @@ def _plan_body(plan: Plan) -> str:
     if plan.findings:
         parts.append("| | Subject | Finding |\n| --- | --- | --- |\n")
         for finding in plan.findings:
-            mark = "**error**" if finding.is_error else "warning"
+            mark = "**error**" if finding.is_error else str(finding.severity)
             parts.append(f"| {mark} | {_code(finding.subject)} | {_md(finding.message)} |\n")
         parts.append("\n")
     if changes:
@@ -825,9 +826,16 @@ def _plan_summary(plan: Plan, changes: Sequence[tuple[str, NodeChange]]) -> list
         counted = ", ".join(f"{n} {action}" for action, n in sorted(actions.items()))
         lines.append(f"**Objects:** {len(plan.objects)} to change ({counted})")
     if plan.findings:
-        errors = sum(1 for f in plan.findings if f.is_error)
-        lines.append(f"**Findings:** {errors} error(s), {len(plan.findings) - errors} warning(s)")
+        lines.append(f"**Findings:** {_finding_counts(plan)}")
     return lines
+
+
+def _finding_counts(plan: Plan) -> str:
+    """`1 error(s), 2 warning(s)`, and the notes when there are any."""
+    errors = sum(1 for f in plan.findings if f.is_error)
+    notes = sum(1 for f in plan.findings if f.is_note)
+    counted = f"{errors} error(s), {len(plan.findings) - errors - notes} warning(s)"
+    return f"{counted}, {notes} note(s)" if notes else counted
 
 
 def _md_list(title: str, items: Iterable[str]) -> list[str]:

@@ -499,9 +499,16 @@ class Manifest:
     positions: dict[tuple[str | int, ...], tuple[int, int]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    # Where each mapping key is written (the reader's own dict, shared, never copied).
+    keys: dict[tuple[str | int, ...], tuple[int, int]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
-    def at(self, path: tuple[str | int, ...]) -> Source:
-        """Where `path` (or the nearest value enclosing it) is written."""
+    def at(self, path: tuple[str | int, ...], *, key: bool = False) -> Source:
+        """Where `path` (or the nearest value enclosing it) is written; with `key`, the
+        key that names it, when `path` ends in a mapping key."""
+        if key and path in self.keys:
+            return Source(self.source.file, *self.keys[path])
         return nearest(self.source.file, self.positions, path, self.source)
 
     @property

@@ -3,6 +3,7 @@ validation errors, and the API server's field paths, placed where they are writt
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -87,3 +88,49 @@ def field_path(field: str) -> PathT:
         else:
             path.append(key)
     return tuple(path)
+
+
+# One key of a list item as server-side apply names it: `name="web"`, `containerPort=80`.
+_ITEM_KEY = re.compile(r'([^=,]+)=("(?:[^"\\]|\\.)*"|[^,]*)')
+
+
+def manifest_path(field: str, body: Any) -> PathT:
+    """An API server's field path as a path into `body`, as far as `body` has it:
+    `spec.containers[0].image` (validation), `metadata.labels[nvidia.com/gpu.product]`
+    (a map's key), `.spec.containers[name="web"].image` (server-side apply names a list
+    item by its keys) -> ("spec", "containers", 0, "image")."""
+    path: list[str | int] = []
+    current = body
+    for part in field_path(field.strip().lstrip(".")):
+        step: str | int | None = part
+        if isinstance(current, dict):
+            step = str(part)
+            if step not in current:
+                break
+        elif isinstance(current, list):
+            step = _item_index(current, part)
+            if step is None or step >= len(current):
+                break
+        else:
+            break
+        path.append(step)
+        current = current.get(step) if isinstance(current, dict) else current[int(step)]
+    return tuple(path)
+
+
+def _item_index(items: list[Any], part: str | int) -> int | None:
+    """The index `part` names in `items`: an index, or the item with the keys given."""
+    if isinstance(part, int):
+        return part
+    wanted = {}
+    for key, value in _ITEM_KEY.findall(part):
+        try:
+            wanted[key.strip()] = str(json.loads(value)) if value.startswith('"') else value
+        except ValueError:
+            return None
+    if not wanted:
+        return None
+    for index, item in enumerate(items):
+        if isinstance(item, dict) and all(str(item.get(k)) == v for k, v in wanted.items()):
+            return index
+    return None

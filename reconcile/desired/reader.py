@@ -793,7 +793,7 @@ class _Loader:
                 )
             )
             return
-        manifest = Manifest(body, where, doc.values)
+        manifest = Manifest(body, where, doc.values, doc.keys)
         if self._manifest_problems(manifest, doc):
             return
         key = ObjectId.of(manifest.api_version, manifest.kind, manifest.namespace, manifest.name)

@@ -36,6 +36,11 @@ class Finding(BaseModel):
         """Must not merge as it is (a warning is for review to see)."""
         return self.severity is Severity.ERROR
 
+    @property
+    def is_note(self) -> bool:
+        """Worth knowing, nothing to act on: it does not make `plan` exit 1."""
+        return self.severity is Severity.NOTE
+
 
 def blocking(findings: Iterable[Finding]) -> list[Finding]:
     """The findings that stop `apply` before its first write."""

@@ -305,6 +305,9 @@ def impact(
 
     - error: a workload that will not fit after apply (no node, or fewer than its
       replicas), unless it did not fit before either and this plan does not touch it;
+    - note: a DaemonSet that no node will run after apply. A DaemonSet has no replica to
+      leave Pending (its controller makes a pod per matching node): it waits for its
+      nodes to join, which is normal;
     - warning: a running pod whose node will stop matching its required affinity. It
       keeps running (IgnoredDuringExecution), but once it restarts it has nowhere to go.
     """
@@ -315,6 +318,17 @@ def impact(
             continue
         if template.identity in unchanged and place(template, before).pending >= then.pending:
             continue  # as unplaceable before as after: not this change's doing
+        if template.daemon:
+            found.append(
+                Finding(
+                    severity=Severity.NOTE,
+                    kind="daemonset-no-nodes",
+                    subject=template.id,
+                    message=f"no node will run it after apply ({then.reason}); "
+                    "its pods start as matching nodes join",
+                )
+            )
+            continue
         if then.nodes:
             message = f"{then.pending} of {template.replicas} replicas cannot be placed after apply: {then.reason}"
         else:

@@ -271,8 +271,8 @@ class Plan(_PlanContent, PlanOptions, _PlanOrigin):
 
     @property
     def needs_attention(self) -> bool:
-        """Drift or findings: what makes `plan` exit 1."""
-        return self.has_drift or bool(self.findings)
+        """Drift or findings other than notes: what makes `plan` exit 1."""
+        return self.has_drift or any(not f.is_note for f in self.findings)
 
     def lines(self) -> Iterator[tuple[str, NodeChange]]:
         """(node, change) pairs sorted by node then key, as the drift lines print them."""

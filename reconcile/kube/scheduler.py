@@ -338,8 +338,19 @@ def filter_reason(
     return None
 
 
+# schedulePod's ErrNoNodesAvailable: what a pod's PodScheduled condition says when the
+# cluster has no node at all (no FitError is built then).
+NO_NODES: Final = "no nodes available to schedule pods"
+
+
 def scheduler_message(total: int, reasons: Iterable[str]) -> str:
-    """FitError.Error(): `0/3 nodes are available: 3 node(s) didn't match ...`."""
+    """FitError.Error(): `0/3 nodes are available: 3 node(s) didn't match ...`; with no
+    node at all, the scheduler's `no nodes available to schedule pods`. Never empty, and
+    never a list of reasons with nothing in it."""
+    if total == 0:
+        return NO_NODES
     histogram = Counter(reasons)
     parts = sorted(f"{count} {reason}" for reason, count in histogram.items())
+    if not parts:
+        return f"0/{total} nodes are available."
     return f"0/{total} nodes are available: {', '.join(parts)}."

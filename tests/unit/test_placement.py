@@ -194,6 +194,47 @@ def test_pending_reason_is_the_schedulers_histogram() -> None:
     )
 
 
+def test_with_no_node_at_all_the_reason_is_the_schedulers_and_never_empty() -> None:
+    # kube-scheduler v1.36 with no node: the PodScheduled condition's message.
+    assert placement_line(place(_pod(), [])) == (
+        "Pod/ns/p PENDING no nodes available to schedule pods"
+    )
+    daemon = PodTemplate("DaemonSet/ns/d", "DaemonSet", "ns", {}, {}, 0, daemon=True)
+    assert place(daemon, []).reason == "no nodes available to schedule pods"
+    assert scheduler.scheduler_message(2, []) == "0/2 nodes are available."
+
+
+def _daemon_set(selector: dict[str, str]) -> DesiredState:
+    body = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "gpu-agent", "namespace": "n"},
+        "spec": {"template": {"spec": {"nodeSelector": selector}}},
+    }
+    return DesiredState(manifests=(Manifest(body, Source("w.yaml", 1, 1)),))
+
+
+@pytest.mark.parametrize(
+    ("nodes", "reason"),
+    [
+        ([], "no nodes available to schedule pods"),
+        (
+            [NodeView("a", {})],
+            "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector.",
+        ),
+    ],
+)
+def test_a_daemon_set_with_no_node_yet_is_a_note(nodes: list[NodeView], reason: str) -> None:
+    found = placement.impact(_daemon_set({"gpu": "true"}), nodes, nodes, unchanged=frozenset())
+    assert [(f.severity, f.kind, f.subject, f.blocksApply) for f in found] == [
+        (Severity.NOTE, "daemonset-no-nodes", "DaemonSet/n/gpu-agent", False)
+    ]
+    assert found[0].message == (
+        f"no node will run it after apply ({reason}); its pods start as matching nodes join"
+    )
+    assert not found[0].is_error and found[0].is_note
+
+
 def test_tolerations_and_the_default_not_ready_toleration() -> None:
     tainted = NodeView(
         "c",

@@ -18,7 +18,16 @@ from typing import Any, Final
 
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
-from reconcile.diagnostics import ApiError, Conflict, Diagnostic, Invalid, NotFound, Severity
+from reconcile.desired.problems import manifest_path
+from reconcile.diagnostics import (
+    ApiError,
+    Conflict,
+    Diagnostic,
+    Invalid,
+    NotFound,
+    Severity,
+    Source,
+)
 from reconcile.engine.diff import FieldChange, manifest_drift, object_drift, owns
 from reconcile.engine.findings import Finding
 from reconcile.engine.objects import custom
@@ -126,9 +135,20 @@ def plan_objects(
 
 
 def _finding(
-    kind: str, target: Target, message: str, live: Mapping[str, Any] | None = None
+    kind: str,
+    target: Target,
+    message: str,
+    live: Mapping[str, Any] | None = None,
+    *,
+    error: ApiError | None = None,
 ) -> Finding:
-    """Something the API server would reject: apply writes nothing while it stands."""
+    """Something the API server would reject: apply writes nothing while it stands. At
+    the line of the field `error` is about, when the manifest writes it; else at the
+    document's first line."""
+    where = target.manifest.source if error is None else rejected_at(target.manifest, error)
+    hint = None if error is None else null_hint(error)
+    if hint:
+        message = f"{message}; {hint}"
     if target.sensitive:
         # The cluster layer redacts what it saw; this also covers messages made offline.
         found = sensitive.values(target.config) | sensitive.values(live or {})
@@ -137,9 +157,46 @@ def _finding(
         severity=Severity.ERROR,
         kind=kind,
         subject=target.id,
-        message=f"{message} ({target.manifest.source})",
+        message=f"{message} ({where})",
         blocksApply=True,
     )
+
+
+# The field of an error that names none in its causes: a CRD's schema validation
+# (`spec.validator.plugin in body must be of type object: "null"`), and server-side
+# apply's typed conversion (`failed to create typed patch object (ns/name; apps/v1,
+# Kind=Deployment): .spec.replicas: expected numeric (int or float), got string`).
+_FIELD_IN_MESSAGE: Final = (
+    re.compile(r"(?:^|: )([A-Za-z][^\s:]*) in body "),
+    re.compile(r"failed to create typed patch object \([^)]*\): (\.[^\s:]+): "),
+)
+_NULL_TYPE: Final = re.compile(r'must be of type (object|array): "null"')
+
+
+def rejected_fields(error: ApiError) -> list[str]:
+    """The field paths a rejection names, as the API server writes them, causes first."""
+    found = [str(c["field"]) for c in error.causes if c.get("field")]
+    for text in (error.message, *(str(c.get("message", "")) for c in error.causes)):
+        found += [m.group(1) for pattern in _FIELD_IN_MESSAGE if (m := pattern.search(text))]
+    return found
+
+
+def rejected_at(manifest: Manifest, error: ApiError) -> Source:
+    """Where the manifest writes the first field `error` names that it has (the key's
+    line and column), else its document's first line."""
+    for name in rejected_fields(error):
+        path = manifest_path(name, manifest.body)
+        if path:
+            return manifest.at(path, key=True)
+    return manifest.source
+
+
+def null_hint(error: ApiError) -> str | None:
+    """What to write instead of a null where the schema wants an object or a list."""
+    for text in (error.message, *(str(c.get("message", "")) for c in error.causes)):
+        if m := _NULL_TYPE.search(text):
+            return f"write {'{}' if m.group(1) == 'object' else '[]'} or remove the key"
+    return None
 
 
 def _targets(
@@ -297,8 +354,15 @@ def _plan_create(
             target.resource.group, target.resource.kind, target.config, namespaced=True
         )
         if errors:
+            message = apivalidation.aggregate(errors)
+            causes = tuple({"field": e.field} for e in errors)
             planning.findings.append(
-                _finding("object-invalid", target, apivalidation.aggregate(errors))
+                _finding(
+                    "object-invalid",
+                    target,
+                    message,
+                    error=Invalid(422, "Invalid", message, causes),
+                )
             )
             return
     else:
@@ -308,7 +372,9 @@ def _plan_create(
             planning.findings.append(_finding("namespace-missing", target, e.message))
             return
         except ApiError as e:
-            planning.findings.append(_finding("object-invalid", target, e.message or str(e)))
+            planning.findings.append(
+                _finding("object-invalid", target, e.message or str(e), error=e)
+            )
             return
     planning.objects.append(_object_plan(target, ObjectAction.CREATE))
 
@@ -392,6 +458,7 @@ def _plan_update(
                         target,
                         f"{e.message}; --force-conflicts takes ownership",
                         live=live,
+                        error=e,
                     )
                 )
                 planning.objects.append(
@@ -420,6 +487,7 @@ def _plan_update(
                 target,
                 f"{e.message}; --force-conflicts takes ownership",
                 live=live,
+                error=e,
             )
         )
         changes = compared.update_drift(forced) if forced is not None else compared.manifest_drift()
@@ -435,7 +503,7 @@ def _plan_update(
     except Invalid as e:
         if not is_immutable(e):
             planning.findings.append(
-                _finding("object-invalid", target, e.message or str(e), live=live)
+                _finding("object-invalid", target, e.message or str(e), live=live, error=e)
             )
             return
         # The server refuses the update as it stands: recreate it where allowed (deleted
@@ -453,6 +521,7 @@ def _plan_update(
                 target,
                 f"cannot change in place: {e.message}; --recreate deletes and creates it",
                 live=live,
+                error=e,
             )
         )
         planning.objects.append(
@@ -460,7 +529,9 @@ def _plan_update(
         )
         return
     except ApiError as e:
-        planning.findings.append(_finding("object-invalid", target, e.message or str(e), live=live))
+        planning.findings.append(
+            _finding("object-invalid", target, e.message or str(e), live=live, error=e)
+        )
         return
     changes = compared.update_drift(result)
     if changes:

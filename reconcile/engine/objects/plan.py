@@ -450,37 +450,21 @@ def _plan_update(
         # manager, as the server's message does.
         try:
             forced = cluster.apply_object(target.resource, target.config, dry_run=True, force=True)
+            changes = _with_managers(compared.update_drift(forced), live)
         except Invalid as forced_error:
-            if not (recreate and is_immutable(forced_error)):
-                planning.findings.append(
-                    _finding(
-                        "object-conflict",
-                        target,
-                        f"{e.message}; --force-conflicts takes ownership",
-                        live=live,
-                        error=e,
-                    )
-                )
+            if recreate and is_immutable(forced_error):
                 planning.objects.append(
                     _object_plan(
                         target,
-                        ObjectAction.UPDATE,
+                        ObjectAction.RECREATE,
                         version=version,
                         changes=compared.manifest_drift(),
                     )
                 )
                 return
-            planning.objects.append(
-                _object_plan(
-                    target,
-                    ObjectAction.RECREATE,
-                    version=version,
-                    changes=compared.manifest_drift(),
-                )
-            )
-            return
+            changes = compared.manifest_drift()
         except ApiError:
-            forced = None
+            changes = _with_managers(compared.manifest_drift(), live)
         planning.findings.append(
             _finding(
                 "object-conflict",
@@ -490,14 +474,8 @@ def _plan_update(
                 error=e,
             )
         )
-        changes = compared.update_drift(forced) if forced is not None else compared.manifest_drift()
         planning.objects.append(
-            _object_plan(
-                target,
-                ObjectAction.UPDATE,
-                version=version,
-                changes=_with_managers(changes, live),
-            )
+            _object_plan(target, ObjectAction.UPDATE, version=version, changes=changes)
         )
         return
     except Invalid as e:

@@ -183,6 +183,30 @@ def test_validate_reports_a_schema_error_at_the_fields_line(tmp_path: Path) -> N
     assert any(":29:11: " in d and "unknown field spec.colour" in d for d in found), found
 
 
+def test_an_empty_key_where_the_schema_wants_an_object_says_what_to_write(
+    tmp_path: Path,
+) -> None:
+    """The GPU Operator's sample ClusterPolicy has `validator: {plugin: }`: a null."""
+    crd = CRD_YAML.replace(
+        "                size: {type: integer}\n",
+        "                size: {type: integer}\n"
+        "                validator:\n"
+        "                  type: object\n"
+        "                  properties: {plugin: {type: object}}\n",
+    )
+    desired = _write(
+        tmp_path,
+        crd + "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n"
+        "  namespace: default\nspec:\n  validator:\n    plugin:\n",
+    )
+    state, problems = load_desired(desired)
+    assert problems == []
+    [found] = desired_diagnostics(state)
+    assert found.source is not None and found.source.line == 32
+    assert 'spec.validator.plugin in body must be of type object: "null"' in found.message
+    assert found.detail.startswith("write {} or remove the key; the schema of example.com/v1")
+
+
 def _manifest(body: dict[str, Any]) -> Manifest:
     return Manifest(body, Source("desired/workloads/w.yaml", 1, 1))
 

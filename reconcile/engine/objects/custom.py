@@ -67,12 +67,13 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
             f"{manifest.kind}.{custom.group} "
             f"{labels.shown(manifest.name, labels.SHOWN_NAME)} is invalid: "
         )
+        schema_of = f"the schema of {custom.api_version} in CustomResourceDefinition {custom.crd}"
         for problem in crds.validate_custom(custom, manifest.body):
             found.append(
                 diag.error(
                     shown + problem.shown(labels.SHOWN_NAME),
                     manifest.at(field_path(problem.field)),
-                    f"the schema of {custom.api_version} in CustomResourceDefinition {custom.crd}",
+                    _null_fix(problem.detail) + schema_of,
                 )
             )
         for path in crds.unknown_fields(custom.schema, manifest.body):
@@ -85,6 +86,15 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
                 )
             )
     return found
+
+
+def _null_fix(detail: str) -> str:
+    """What to write instead of a null (an empty `plugin:` in YAML) where the schema wants
+    an object or a list, as the start of the hint; else nothing."""
+    for wanted, empty in (("object", "{}"), ("array", "[]")):
+        if detail.endswith(f'must be of type {wanted}: "null"'):
+            return f"write {empty} or remove the key; "
+    return ""
 
 
 def _dotted(path: tuple[str | int, ...]) -> str:

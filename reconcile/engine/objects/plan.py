@@ -442,6 +442,14 @@ def _plan_update(
 ) -> None:
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")
     compared = _Compared(target.config, live, is_sensitive=target.sensitive)
+
+    def refused(kind: str, message: str, error: ApiError, changes: list[FieldChange]) -> None:
+        """A blocking finding, and the update it stops, with `changes` shown."""
+        planning.findings.append(_finding(kind, target, message, live=live, error=error))
+        planning.objects.append(
+            _object_plan(target, ObjectAction.UPDATE, version=version, changes=changes)
+        )
+
     try:
         result, taken_from = dry_run_update(target.resource, target.config, cluster, force=force)
     except Conflict as e:
@@ -465,18 +473,7 @@ def _plan_update(
             changes = compared.manifest_drift()
         except ApiError:
             changes = _with_managers(compared.manifest_drift(), live)
-        planning.findings.append(
-            _finding(
-                "object-conflict",
-                target,
-                f"{e.message}; --force-conflicts takes ownership",
-                live=live,
-                error=e,
-            )
-        )
-        planning.objects.append(
-            _object_plan(target, ObjectAction.UPDATE, version=version, changes=changes)
-        )
+        refused("object-conflict", f"{e.message}; --force-conflicts takes ownership", e, changes)
         return
     except Invalid as e:
         if not is_immutable(e):
@@ -493,18 +490,8 @@ def _plan_update(
                 _object_plan(target, ObjectAction.RECREATE, version=version, changes=changes)
             )
             return
-        planning.findings.append(
-            _finding(
-                "object-immutable",
-                target,
-                f"cannot change in place: {e.message}; --recreate deletes and creates it",
-                live=live,
-                error=e,
-            )
-        )
-        planning.objects.append(
-            _object_plan(target, ObjectAction.UPDATE, version=version, changes=changes)
-        )
+        message = f"cannot change in place: {e.message}; --recreate deletes and creates it"
+        refused("object-immutable", message, e, changes)
         return
     except ApiError as e:
         planning.findings.append(

@@ -23,9 +23,9 @@ from reconcile.diagnostics import Severity
 from reconcile.engine.facts import shown_value
 
 if TYPE_CHECKING:
+    from reconcile.engine.capacity import Placement
     from reconcile.engine.diff import NodeChange
     from reconcile.engine.findings import Finding
-    from reconcile.engine.placement import Placement
     from reconcile.engine.plan import ObjectPlan
     from reconcile.gpu.drivers import AuditFinding
     from reconcile.gpu.upgrade import Step
@@ -78,14 +78,14 @@ def object_lines(obj: ObjectPlan, *, wide: bool = False) -> list[str]:
 
 
 def placement_line(result: Placement) -> str:
-    template = result.template
-    if not result.nodes and (result.pending or not template.daemon):
-        return f"{template.id} PENDING {result.reason}"
-    line = f"{template.id} {','.join(result.nodes)}"
-    if result.pending:
-        noun = "replica" if result.pending == 1 else "replicas"
-        line += f" ({result.pending} {noun} PENDING: {result.reason})"
-    return line
+    """`<workload> <placed>/<wanted> <node>,<node>...` where every replica has a place,
+    else `<workload> <placed>/<wanted> PENDING <how many>: <the scheduler's reason>`."""
+    head = f"{result.template.id} {result.placed}/{result.wanted}"
+    if result.ok:
+        return f"{head} {','.join(result.nodes)}"
+    schedules = " (fits on some schedules)" if result.some_schedules else ""
+    count = f" {result.pending}" if result.wanted else ""
+    return f"{head} PENDING{count}{schedules}: {result.reason}"
 
 
 def name_first(cluster: str) -> str:

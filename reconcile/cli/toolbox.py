@@ -43,9 +43,11 @@ def placement_command(
     cluster will have after apply: `<kind>/<namespace>/<name> <node>,<node>...` or
     `<kind>/<namespace>/<name> PENDING <the scheduler's reason>`. Exit 1 if anything cannot
     be placed in full."""
+    from reconcile.app.placing import place_on
     from reconcile.cli.fleets import per_cluster
     from reconcile.cli.views import View, view_for
-    from reconcile.engine.placement import Placement, placement
+    from reconcile.engine.capacity import Placement
+    from reconcile.engine.placement import placement
 
     view = view_for(output)
 
@@ -67,7 +69,7 @@ def placement_command(
         session,
         view,
         clusters,
-        lambda target, cluster: placement(target.state, cluster.list_nodes()),
+        lambda target, cluster: place_on(target.state, cluster),
         show,
     )
 

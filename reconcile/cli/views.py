@@ -45,10 +45,10 @@ if TYPE_CHECKING:
     from typing import Self
 
     from reconcile.app.reconciling import FleetPlanned
+    from reconcile.engine.capacity import Placement
     from reconcile.engine.diff import FieldChange, NodeChange
     from reconcile.engine.fleet import Outcome
     from reconcile.engine.imports import FileChange
-    from reconcile.engine.placement import Placement
     from reconcile.engine.plan import MissingNode, ObjectPlan, Plan
     from reconcile.engine.rbac import RbacObject
     from reconcile.engine.results import ApplyResult
@@ -590,8 +590,11 @@ class JsonView(_Composed):
                 {
                     "workload": r.template.id,
                     "nodes": list(r.nodes),
+                    "wanted": r.wanted,
+                    "placed": r.placed,
                     "pending": r.pending,
                     "reason": r.reason,
+                    "someSchedules": r.some_schedules,
                 }
                 for r in results
             ]

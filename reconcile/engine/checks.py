@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from reconcile.desired.models import DesiredState
-from reconcile.engine.findings import Finding, overlay
+from reconcile.engine.findings import NO_POLICY, Finding, NodePolicy, overlay
 from reconcile.kube.objects import LiveNode
 
 if TYPE_CHECKING:
@@ -57,9 +57,18 @@ class Projection:
     # The pods on the nodes whose labels or taints change (the only pods a change can
     # strand), read once and only if a check asks.
     read_pods: Callable[[], Sequence[dict[str, Any]]] = field(default=lambda: ())
+    # The pods bound to the named nodes: the room a workload finds there (capacity).
+    read_pods_on: Callable[[Sequence[str]], Sequence[dict[str, Any]]] = field(
+        default=lambda names: ()
+    )
     # Running pods a new NoExecute taint evicts are a warning, not an error that stops
     # apply (--allow-evictions).
     allow_evictions: bool = False
+    # What each node will offer pods once it carries its labels after apply.
+    policy: NodePolicy = NO_POLICY
+    _read: dict[frozenset[str], Sequence[dict[str, Any]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @cached_property
     def labels_after(self) -> dict[str, dict[str, str]]:
@@ -75,6 +84,15 @@ class Projection:
     @cached_property
     def pods(self) -> Sequence[dict[str, Any]]:
         return self.read_pods()
+
+    def pods_on(self, names: Iterable[str]) -> Sequence[dict[str, Any]]:
+        """The pods bound to `names` and to the nodes the change touches, read once."""
+        wanted = frozenset(names)
+        for read, pods in self._read.items():
+            if wanted <= read:
+                return pods
+        pods = self._read[wanted] = self.read_pods_on(sorted(wanted))
+        return pods
 
 
 # A check: the projected state in, findings out. It reads nothing but the projection.

@@ -59,6 +59,13 @@ class NodePolicy(Protocol):
         reports it unless told otherwise), or None."""
         ...
 
+    def allocatable(
+        self, labels: Mapping[str, str], allocatable: Mapping[str, str]
+    ) -> Mapping[str, str]:
+        """What a node that offers `allocatable` now will offer pods once it carries
+        `labels` (a MIG layout repartitions its GPUs)."""
+        ...
+
 
 class NoPolicy:
     """No domain knowledge: no owners, nothing refused."""
@@ -68,6 +75,11 @@ class NoPolicy:
 
     def refusal(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         return None
+
+    def allocatable(
+        self, labels: Mapping[str, str], allocatable: Mapping[str, str]
+    ) -> Mapping[str, str]:
+        return allocatable
 
 
 # The policy of a plan made without domain knowledge.

@@ -122,7 +122,9 @@ def plan(
                 if any(c.fact is not Fact.ANNOTATION for c in n.changes)
             ]
         ),
+        read_pods_on=cluster.pods_on_nodes,
         allow_evictions=request.options.allowEvictions,
+        policy=policy,
     )
     phase("checking the change")
     findings = [*objects.findings, *run_checks(checks, projection)]

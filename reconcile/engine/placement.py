@@ -9,164 +9,47 @@ after apply makes that loud at review time, with the scheduler's own words.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Diagnostic, Severity
+from reconcile.engine.capacity import (
+    Placement,
+    PodTemplate,
+    RunningPod,
+    place_all,
+    pod_template,
+    running_pods,
+    workload_order,
+)
 from reconcile.engine.checks import Projection, projected_labels
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import Finding
 from reconcile.engine.grants import Rule
-from reconcile.kube.kinds import ObjectId, apply_rank, workload_id
+from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
+from reconcile.kube.resources import PODS, requested, resources
 from reconcile.kube.scheduler import (
     HOSTNAME,
-    REASON_ANTI_AFFINITY,
     NodeView,
     eviction_delay,
     filter_reason,
     is_empty_term,
     required_node_affinity_matches,
-    scheduler_message,
 )
-from reconcile.kube.selector import (
-    SelectorError,
-    from_label_selector,
-    parse_int64,
-)
+from reconcile.kube.selector import parse_int64
 
 # The impact check reads the pods on the nodes a plan changes.
 RBAC: Final = (
     Rule("", ("pods",), ("list",), why="pods are listed to find the ones a label change strands"),
 )
 
-# --- workloads ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PodTemplate:
-    """What a workload asks the scheduler for: a pod spec, how many, with which labels."""
-
-    id: str
-    kind: str
-    namespace: str
-    spec: Mapping[str, Any]
-    labels: Mapping[str, str]
-    replicas: int
-    daemon: bool = False
-    # Which object declares it: its group and name complete the identity.
-    group: str = ""
-    name: str = ""
-
-    @property
-    def identity(self) -> ObjectId:
-        return ObjectId(self.group, self.kind, self.namespace, self.name)
-
-
-def pod_template(manifest: Mapping[str, Any]) -> PodTemplate | None:
-    """The pod template of a Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job or
-    CronJob manifest; None for other kinds."""
-    kind = str(manifest.get("kind", ""))
-    metadata = manifest.get("metadata") or {}
-    namespace = str(metadata.get("namespace") or "")
-    name = str(metadata.get("name", ""))
-    identity = workload_id(kind, namespace, name)
-    group = str(manifest.get("apiVersion", "")).rpartition("/")[0]
-    spec = manifest.get("spec") or {}
-    if kind == "Pod":
-        labels_ = dict(metadata.get("labels") or {})
-        return PodTemplate(identity, kind, namespace, spec, labels_, 1, group=group, name=name)
-    if kind == "CronJob":
-        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
-    template = spec.get("template") or {}
-    if kind in ("Deployment", "ReplicaSet", "StatefulSet"):
-        replicas = spec.get("replicas", 1)
-    elif kind in ("Job", "CronJob"):
-        replicas = spec.get("parallelism", 1)
-    elif kind == "DaemonSet":
-        replicas = 0
-    else:
-        return None
-    labels_ = dict((template.get("metadata") or {}).get("labels") or {})
-    return PodTemplate(
-        identity,
-        kind,
-        namespace,
-        template.get("spec") or {},
-        labels_,
-        int(replicas),
-        daemon=kind == "DaemonSet",
-        group=group,
-        name=name,
-    )
-
-
-def _spread_key(template: PodTemplate) -> str | None:
-    """The topology key of a required anti-affinity against the workload's own pods."""
-    anti = ((template.spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or ()
-    for term in anti:
-        namespaces = term.get("namespaces") or [template.namespace]
-        if template.namespace not in namespaces:
-            continue
-        try:
-            if from_label_selector(term.get("labelSelector")).matches(template.labels):
-                return str(term.get("topologyKey") or "")
-        except SelectorError:
-            continue
-    return None
-
-
-@dataclass(frozen=True)
-class Placement:
-    template: PodTemplate
-    nodes: tuple[str, ...]
-    pending: int
-    reason: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.pending == 0
-
-
-def place(template: PodTemplate, nodes: Sequence[NodeView]) -> Placement:
-    """Which nodes the workload's pods can land on, and how many replicas cannot."""
-    reasons = {
-        node.name: filter_reason(template.spec, node, daemon=template.daemon) for node in nodes
-    }
-    eligible = [node for node in nodes if reasons[node.name] is None]
-    names = tuple(node.name for node in eligible)
-    if template.daemon:
-        pending = 0 if eligible else 1
-        reason = (
-            None if eligible else scheduler_message(len(nodes), [r for r in reasons.values() if r])
-        )
-        return Placement(template, names, pending, reason)
-    wanted = max(template.replicas, 0)
-    key = _spread_key(template)
-    if key is None:
-        capacity = wanted if eligible else 0
-    else:
-        domains = {node.labels.get(key, node.name if key == HOSTNAME else "") for node in eligible}
-        capacity = len(domains)
-    pending = max(0, wanted - capacity)
-    if not pending:
-        return Placement(template, names, 0)
-    # The pods that do not fit see the eligible nodes taken by their own replicas.
-    failures = [
-        REASON_ANTI_AFFINITY if reasons[n.name] is None else str(reasons[n.name]) for n in nodes
-    ]
-    return Placement(template, names, pending, scheduler_message(len(nodes), failures))
-
 
 def workloads(state: DesiredState) -> list[PodTemplate]:
-    found = [t for m in state.manifests if (t := pod_template(m.body)) is not None]
-    return sorted(found, key=lambda t: (apply_rank(t.kind), t.id))
+    return workload_order(t for m in state.manifests if (t := pod_template(m.body)) is not None)
 
 
 # --- what the API server admits but can never schedule ---------------------------------------
@@ -247,20 +130,24 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
     return found
 
 
-@dataclass(frozen=True)
-class RunningPod:
-    id: str
-    node: str
-    spec: Mapping[str, Any] = field(compare=False)
+# A node's allocatable once it carries these labels (a MIG layout repartitions its GPUs):
+# the domain's NodePolicy.allocatable.
+Allocatable = Callable[[Mapping[str, str], Mapping[str, str]], Mapping[str, str]]
+
+
+def _as_is(labels: Mapping[str, str], allocatable: Mapping[str, str]) -> Mapping[str, str]:
+    return allocatable
 
 
 def node_views(
     live: Iterable[LiveNode],
     labels_by_node: Mapping[str, Mapping[str, str]] | None = None,
     taints_by_node: Mapping[str, tuple[Mapping[str, Any], ...]] | None = None,
+    allocatable: Allocatable = _as_is,
 ) -> list[NodeView]:
-    """Nodes with the given labels and taints (default: their live ones); a node only in
-    `labels_by_node` (declared, not yet joined) is a plain schedulable node."""
+    """Nodes with the given labels and taints (default: their live ones) and what they
+    offer pods with those labels; a node only in `labels_by_node` (declared, not yet
+    joined) is a plain schedulable node whose room is not known."""
     views = []
     live_by_name = {node.name: node for node in live}
     names = sorted(set(live_by_name) | set(labels_by_node or {}))
@@ -274,23 +161,21 @@ def node_views(
             views.append(NodeView(name, node_labels))
         else:
             taints = (taints_by_node or {}).get(name, node.taints)
-            views.append(NodeView(name, node_labels, node.unschedulable, tuple(taints)))
+            offered = allocatable(node_labels, node.allocatable) if node.allocatable else None
+            views.append(
+                NodeView(
+                    name,
+                    node_labels,
+                    node.unschedulable,
+                    tuple(taints),
+                    resources(offered) if offered is not None else None,
+                )
+            )
     return views
 
 
-def running_pods(items: Iterable[Mapping[str, Any]]) -> list[RunningPod]:
-    """Pods bound to a node and not finished, from a LIST of pods."""
-    found = []
-    for item in items:
-        metadata = item.get("metadata") or {}
-        spec = item.get("spec") or {}
-        phase = (item.get("status") or {}).get("phase")
-        if spec.get("nodeName") and phase not in ("Succeeded", "Failed"):
-            identity = workload_id(
-                "Pod", str(metadata.get("namespace") or ""), str(metadata.get("name"))
-            )
-            found.append(RunningPod(identity, str(spec["nodeName"]), spec))
-    return found
+def _replicas(result: Placement) -> str:
+    return f"{result.placed}/{result.wanted} placed"
 
 
 def impact(
@@ -300,25 +185,48 @@ def impact(
     *,
     unchanged: frozenset[ObjectId],
     pods: Sequence[RunningPod] = (),
+    pool: Mapping[str, str] | None = None,
 ) -> list[Finding]:
-    """What the change does to placement.
+    """What the change does to placement and room.
 
-    - error: a workload that will not fit after apply (no node, or fewer than its
-      replicas), unless it did not fit before either and this plan does not touch it;
+    - error: a workload that will not fit after apply (no node, no room, or fewer than
+      its replicas), unless it did not fit before either and this plan does not touch it;
+      the numbers before and after in the message;
     - note: a DaemonSet that no node will run after apply. A DaemonSet has no replica to
       leave Pending (its controller makes a pod per matching node): it waits for its
       nodes to join, which is normal;
     - warning: a running pod whose node will stop matching its required affinity. It
-      keeps running (IgnoredDuringExecution), but once it restarts it has nowhere to go.
+      keeps running (IgnoredDuringExecution), but once it restarts it has nowhere to go;
+    - error that blocks apply: a node whose room shrinks below what its running pods
+      hold (a MIG layout that takes away the GPUs they use).
     """
     found: list[Finding] = []
-    for template in workloads(state):
-        then = place(template, after)
+    templates = workloads(state)
+    then_all = place_all(templates, after, pods, pool)
+    now_all: list[Placement] | None = None
+    for i, (template, then) in enumerate(zip(templates, then_all, strict=True)):
         if then.ok:
             continue
-        if template.identity in unchanged and place(template, before).pending >= then.pending:
+        if now_all is None:
+            now_all = place_all(templates, before, pods, pool)
+        now = now_all[i]
+        if template.identity in unchanged and now.pending >= then.pending:
             continue  # as unplaceable before as after: not this change's doing
         if template.daemon:
+            if then.wanted:
+                message = (
+                    f"{then.pending} of its {then.wanted} node(s) will have no room for its pod "
+                    f"after apply ({now.pending} before): {then.reason}"
+                )
+                found.append(
+                    Finding(
+                        severity=Severity.ERROR,
+                        kind="unschedulable",
+                        subject=template.id,
+                        message=message,
+                    )
+                )
+                continue
             found.append(
                 Finding(
                     severity=Severity.NOTE,
@@ -329,15 +237,28 @@ def impact(
                 )
             )
             continue
-        if then.nodes:
-            message = f"{then.pending} of {template.replicas} replicas cannot be placed after apply: {then.reason}"
+        schedules = " (fits on some schedules)" if then.some_schedules else ""
+        if then.nodes or then.placed:
+            message = (
+                f"{then.pending} of {then.wanted} replicas cannot be placed after apply "
+                f"({_replicas(then)}; before: {_replicas(now)}){schedules}: {then.reason}"
+            )
         else:
-            message = f"no node will take it after apply: {then.reason}"
+            message = f"no node will take it after apply ({_replicas(now)} before){schedules}: {then.reason}"
         found.append(
             Finding(
                 severity=Severity.ERROR, kind="unschedulable", subject=template.id, message=message
             )
         )
+    found.extend(_affinity_lost(before, after, pods))
+    found.extend(_overcommitted(before, after, pods))
+    return found
+
+
+def _affinity_lost(
+    before: Sequence[NodeView], after: Sequence[NodeView], pods: Sequence[RunningPod]
+) -> list[Finding]:
+    found = []
     before_by_name = {node.name: node for node in before}
     after_by_name = {node.name: node for node in after}
     for pod in pods:
@@ -358,6 +279,59 @@ def impact(
                     ),
                 )
             )
+    return found
+
+
+def _overcommitted(
+    before: Sequence[NodeView], after: Sequence[NodeView], pods: Sequence[RunningPod]
+) -> list[Finding]:
+    """Nodes whose allocatable after apply is less than what the pods bound to them
+    request, where it was enough before: those pods lose what they run on."""
+    before_by_name = {node.name: node for node in before}
+    by_node: dict[str, list[RunningPod]] = {}
+    for pod in pods:
+        by_node.setdefault(pod.node, []).append(pod)
+    found = []
+    for node in after:
+        was = before_by_name.get(node.name)
+        on_node = by_node.get(node.name)
+        if was is None or not on_node or node.allocatable is None or was.allocatable is None:
+            continue
+        if node.allocatable == was.allocatable:
+            continue
+        used = requested(pod.requests for pod in on_node)
+        short = [
+            name
+            for name, quantity in used.items()
+            if name != PODS
+            and quantity > node.allocatable.get(name, 0)
+            and quantity <= was.allocatable.get(name, 0)
+        ]
+        if not short:
+            continue
+        shown = ", ".join(
+            f"{used[name]} {name} (it will offer {node.allocatable.get(name, 0)}, "
+            f"{was.allocatable.get(name, 0)} now)"
+            for name in sorted(short)
+        )
+        holders = sorted(
+            pod.id.removeprefix("Pod/")
+            for pod in on_node
+            if any(pod.requests.get(n) for n in short)
+        )
+        names = ", ".join(holders[:EVICTIONS_SHOWN]) + (
+            f" and {len(holders) - EVICTIONS_SHOWN} more" if len(holders) > EVICTIONS_SHOWN else ""
+        )
+        found.append(
+            Finding(
+                severity=Severity.ERROR,
+                kind="capacity-stranded",
+                subject=node.name,
+                message=f"its running pods request {shown} after apply: {names} lose what they run on; "
+                "drain the node first (reconcile rollout) or change it when they are gone",
+                blocksApply=True,
+            )
+        )
     return found
 
 
@@ -462,35 +436,67 @@ def taint_evictions(
     )
 
 
+def candidates(templates: Sequence[PodTemplate], *views: Sequence[NodeView]) -> set[str]:
+    """The nodes any of `templates` may land on in any of `views` (labels and taints):
+    where the room they find is read."""
+    found: set[str] = set()
+    for nodes in views:
+        for node in nodes:
+            if node.name not in found and any(
+                filter_reason(t.spec, node, daemon=t.daemon) is None for t in templates
+            ):
+                found.add(node.name)
+    return found
+
+
 def impact_check(projection: Projection) -> list[Finding]:
-    """The plan's placement impact, as a check: workloads and running pods the change
-    strands, and running pods a new NoExecute taint evicts. Pods are read only when
-    labels or taints change."""
+    """The plan's placement impact, as a check: workloads the change leaves without a node
+    or without room, running pods it strands, and running pods a new NoExecute taint
+    evicts. Pods are read only when something changes: on the nodes the change touches,
+    and where a declared workload may land when one changes or the nodes do."""
     state = projection.desired
     if not (state.manifests or projection.nodes):
         return []
-    # Annotations are invisible to selectors and tolerations: only label and taint
+    # Annotations are invisible to selectors, tolerations and room: only label and taint
     # changes can strand a running pod.
-    seen = any(c.fact is not Fact.ANNOTATION for n in projection.nodes for c in n.changes)
-    pods = running_pods(projection.pods) if seen else []
+    changed = [
+        n.name for n in projection.nodes if any(c.fact is not Fact.ANNOTATION for c in n.changes)
+    ]
     touched = {obj.identity for obj in projection.objects}
+    templates = workloads(state)
     before = node_views(projection.live)
-    after = node_views(projection.live, projection.labels_after, projection.taints_after)
+    after = node_views(
+        projection.live,
+        projection.labels_after,
+        projection.taints_after,
+        projection.policy.allocatable,
+    )
+    where: set[str] = set(changed)
+    if templates and (changed or any(t.identity in touched for t in templates)):
+        where |= candidates(templates, before, after)
+    pods = running_pods(projection.pods_on(where)) if where else []
     return [
         *impact(
             state,
             before,
             after,
-            unchanged=frozenset(t.identity for t in workloads(state) if t.identity not in touched),
+            unchanged=frozenset(t.identity for t in templates if t.identity not in touched),
             pods=pods,
         ),
         *evictions(before, after, pods, allowed=projection.allow_evictions),
     ]
 
 
-def placement(state: DesiredState, live: Sequence[LiveNode] | None) -> list[Placement]:
-    """Where every workload of desired/ lands: against the live nodes with desired/ laid
-    over, or (`live` None) against the nodes desired/ declares alone, offline."""
+def placement(
+    state: DesiredState,
+    live: Sequence[LiveNode] | None,
+    pods: Iterable[Mapping[str, Any]] = (),
+    allocatable: Allocatable = _as_is,
+) -> list[Placement]:
+    """Where every workload of desired/ lands, replica by replica, and how many cannot:
+    against the live nodes with desired/ laid over and the room `pods` leave them, or
+    (`live` None) against the nodes desired/ declares alone, offline, where room is not
+    known."""
     if live is None:
         declared = {
             name: {k: v for k, v in node.labels.items() if v is not None}
@@ -498,5 +504,5 @@ def placement(state: DesiredState, live: Sequence[LiveNode] | None) -> list[Plac
         }
         nodes = node_views([], declared)
     else:
-        nodes = node_views(live, projected_labels(state, live))
-    return [place(t, nodes) for t in workloads(state)]
+        nodes = node_views(live, projected_labels(state, live), allocatable=allocatable)
+    return place_all(workloads(state), nodes, running_pods(pods))

@@ -4,7 +4,7 @@ moves a GPU node onto a driver image the support matrix lacks is refused) and th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from reconcile.desired.models import DesiredState
@@ -37,6 +37,11 @@ class GpuPolicy:
             f"refused: these changes move the node onto driver image {image}, which is not "
             "in the support matrix; add the image first, or pass --allow-missing-image"
         )
+
+    def allocatable(
+        self, labels: Mapping[str, str], allocatable: Mapping[str, str]
+    ) -> Mapping[str, str]:
+        return allocatable
 
     def unsupported_image(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         """The image tag these changes would move a GPU node onto, if the matrix lacks it."""

@@ -26,6 +26,8 @@ class LiveNode:
     label_managers: Mapping[str, str] = field(default_factory=dict)
     # status.conditions Ready is True
     ready: bool = True
+    # status.allocatable as the kubelet reports it (resource -> quantity)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,9 @@ class NodeView:
     labels: Mapping[str, str]
     unschedulable: bool = False
     taints: tuple[Mapping[str, Any], ...] = ()
+    # What it offers pods, in the scheduler's units (kube/resources.py); None when not
+    # known (a node declared in desired/ that has not joined): fit is not evaluated.
+    allocatable: Mapping[str, int] | None = None
 
 
 # --- k8s.io/component-helpers nodeaffinity ------------------------------------------------

@@ -54,6 +54,7 @@ class _Condition(msgspec.Struct):
 
 class _Status(msgspec.Struct):
     conditions: list[_Condition] | None = None
+    allocatable: dict[str, str] | None = None
 
 
 class _Spec(msgspec.Struct):
@@ -148,6 +149,7 @@ def _live(node: _Node) -> LiveNode:
         taints=tuple(node.spec.taints or ()),
         label_managers=Lazy(functools.partial(_label_managers, writers)),
         ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
+        allocatable=node.status.allocatable or {},
     )
 
 

@@ -9,15 +9,16 @@ from pathlib import Path
 from tests.support import TestCluster, run_cli
 
 LAB_PLACEMENT = [
-    "Pod/gpu-drv/cuda12-job lab-node-0",
-    "Pod/gpu-drv/cuda13-job PENDING 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.",
-    "Pod/nfd-lab/a100-job lab-node-0",
-    "Pod/nfd-lab/any-gpu-job lab-node-0",
-    "Pod/nfd-lab/gt-job lab-node-0",
-    "Pod/nfd-lab/or-job lab-node-0,lab-node-1",
-    "Pod/nfd-lab/train-a lab-node-1",
-    "Deployment/gpu-drv/trainer lab-node-0,lab-node-1,lab-node-2 (1 replica PENDING: 0/3 nodes are "
-    "available: 3 node(s) didn't match pod anti-affinity rules.)",
+    "Pod/gpu-drv/cuda12-job 1/1 lab-node-0",
+    "Pod/gpu-drv/cuda13-job 0/1 PENDING 1: 0/3 nodes are available: 3 node(s) didn't match Pod's "
+    "node affinity/selector.",
+    "Pod/nfd-lab/a100-job 1/1 lab-node-0",
+    "Pod/nfd-lab/any-gpu-job 1/1 lab-node-0",
+    "Pod/nfd-lab/gt-job 1/1 lab-node-0",
+    "Pod/nfd-lab/or-job 1/1 lab-node-0,lab-node-1",
+    "Pod/nfd-lab/train-a 1/1 lab-node-1",
+    "Deployment/gpu-drv/trainer 3/4 PENDING 1: 0/3 nodes are available: 3 node(s) didn't match pod "
+    "anti-affinity rules.",
 ]
 TRAIN_B = """---
 apiVersion: v1
@@ -49,7 +50,7 @@ def test_placement_uses_the_labels_after_apply(lab: TestCluster, workdir: Path) 
     # Live, lab-node-1 says 9 GPUs (gt-job would fit there); after apply it says 2 again.
     assert lab.labels("lab-node-1")["nvidia.com/gpu.count"] == "9"
     result = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert "Pod/nfd-lab/gt-job lab-node-0" in result.lines
+    assert "Pod/nfd-lab/gt-job 1/1 lab-node-0" in result.lines
 
 
 def test_placement_without_a_cluster_uses_desired_nodes(workdir: Path) -> None:
@@ -61,8 +62,11 @@ def test_placement_without_a_cluster_uses_desired_nodes(workdir: Path) -> None:
     assert document[5] == {
         "workload": "Pod/nfd-lab/or-job",
         "nodes": ["lab-node-0", "lab-node-1"],
+        "wanted": 1,
+        "placed": 1,
         "pending": 0,
         "reason": None,
+        "someSchedules": False,
     }
 
 
@@ -88,7 +92,8 @@ def test_removing_a_label_in_git_reports_the_pending_pod_and_the_stranded_one(
         "Pod/nfd-lab/train-b + ",
     ]
     assert (
-        "error: Pod/nfd-lab/train-b: no node will take it after apply: 0/3 nodes are available: "
+        "error: Pod/nfd-lab/train-b: no node will take it after apply (1/1 placed before): "
+        "0/3 nodes are available: "
         "3 node(s) didn't match Pod's node affinity/selector."
     ) in plan.stderr
     assert (
@@ -97,9 +102,10 @@ def test_removing_a_label_in_git_reports_the_pending_pod_and_the_stranded_one(
     ) in plan.stderr
     placement = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert (
-        "Pod/nfd-lab/train-b PENDING 0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+        "Pod/nfd-lab/train-b 0/1 PENDING 1: 0/3 nodes are available: 3 node(s) didn't match Pod's "
+        "node affinity/selector."
     ) in placement.lines
-    assert "Pod/nfd-lab/train-a PENDING" in placement.stdout
+    assert "Pod/nfd-lab/train-a 0/1 PENDING 1" in placement.stdout
 
 
 def test_a_label_change_that_strands_a_workload_fails_the_plan_without_other_drift(

@@ -214,7 +214,8 @@ def test_a_pruned_label_that_strands_a_workload_is_an_error_finding(
 
     assert "lab-node-0 nvidia.com/gpu.product -" in plan.lines
     stranded = (
-        "error: Pod/nfd-lab/a100-job: no node will take it after apply: 0/3 nodes are "
+        "error: Pod/nfd-lab/a100-job: no node will take it after apply (1/1 placed before): "
+        "0/3 nodes are "
         "available: 3 node(s) didn't match Pod's node affinity/selector."
     )
     assert stranded in plan.stderr

@@ -182,7 +182,8 @@ def test_a_pruned_fact_of_an_undeclared_node_goes_through_the_impact_check(
 
     assert "lab-node-0 nvidia.com/gpu.product -" in plan.lines
     assert (
-        "error: Pod/nfd-lab/a100-job: no node will take it after apply: 0/3 nodes are "
+        "error: Pod/nfd-lab/a100-job: no node will take it after apply (1/1 placed before): "
+        "0/3 nodes are "
         "available: 3 node(s) didn't match Pod's node affinity/selector."
     ) in plan.stderr
 

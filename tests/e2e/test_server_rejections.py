@@ -145,7 +145,7 @@ def test_with_no_node_at_all_the_note_says_what_the_scheduler_says(
     assert plan.code == 1
     placement = run_cli("placement", "--desired", str(desired), kubeconfig=cluster.kubeconfig)
     assert placement.lines == [
-        "DaemonSet/pos-agents/gpu-agent PENDING no nodes available to schedule pods"
+        "DaemonSet/pos-agents/gpu-agent 0/0 PENDING: no nodes available to schedule pods"
     ]
     assert '"severity": "note"' in plan.stdout
     assert "no nodes available to schedule pods" in plan.stdout

@@ -15,7 +15,7 @@ from reconcile.cli.output import placement_line
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Severity, Source
 from reconcile.engine import placement
-from reconcile.engine.placement import PodTemplate, place
+from reconcile.engine.capacity import PodTemplate, place
 from reconcile.kube import scheduler
 from reconcile.kube.scheduler import NodeSelector, NodeView, preferred_score
 
@@ -189,7 +189,8 @@ def test_pending_reason_is_the_schedulers_histogram() -> None:
     ]
     result = place(_pod(affinity=_affinity({"key": "gpu", "operator": "Exists"})), nodes)
     assert placement_line(result) == (
-        "Pod/ns/p PENDING 0/4 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}, "
+        "Pod/ns/p 0/1 PENDING 1: 0/4 nodes are available: 1 node(s) had untolerated taint "
+        "{nvidia.com/gpu: present}, "
         "1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector."
     )
 
@@ -197,7 +198,7 @@ def test_pending_reason_is_the_schedulers_histogram() -> None:
 def test_with_no_node_at_all_the_reason_is_the_schedulers_and_never_empty() -> None:
     # kube-scheduler v1.36 with no node: the PodScheduled condition's message.
     assert placement_line(place(_pod(), [])) == (
-        "Pod/ns/p PENDING no nodes available to schedule pods"
+        "Pod/ns/p 0/1 PENDING 1: no nodes available to schedule pods"
     )
     daemon = PodTemplate("DaemonSet/ns/d", "DaemonSet", "ns", {}, {}, 0, daemon=True)
     assert place(daemon, []).reason == "no nodes available to schedule pods"
@@ -308,8 +309,8 @@ def test_required_anti_affinity_on_hostname_counts_replicas() -> None:
     result = place(template, nodes)
     assert (result.nodes, result.pending) == (("n0", "n1", "n2"), 1)
     assert placement_line(result) == (
-        "Deployment/gpu-drv/trainer n0,n1,n2 (1 replica PENDING: 0/3 nodes are available: "
-        "3 node(s) didn't match pod anti-affinity rules.)"
+        "Deployment/gpu-drv/trainer 3/4 PENDING 1: 0/3 nodes are available: "
+        "3 node(s) didn't match pod anti-affinity rules."
     )
     assert place(template, [*nodes, NodeView("n3", {"kubernetes.io/hostname": "n3"})]).ok
     other = PodTemplate("Deployment/gpu-drv/web", "Deployment", "gpu-drv", spec, {"app": "web"}, 4)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from reconcile.app.reconciling import FleetPlanned
     from reconcile.engine.capacity import Placement
     from reconcile.engine.diff import FieldChange, NodeChange
+    from reconcile.engine.findings import Finding
     from reconcile.engine.fleet import Outcome
     from reconcile.engine.imports import FileChange
     from reconcile.engine.plan import MissingNode, ObjectPlan, Plan
@@ -776,12 +777,15 @@ def _plan_body(plan: Plan) -> str:
     if not plan.needs_attention:
         return "\nNo changes: the cluster matches `desired/`.\n"
     parts = ["\n", "".join(f"- {line}\n" for line in _plan_summary(plan, changes)) + "\n"]
-    if plan.findings:
-        parts.append("| | Subject | Finding |\n| --- | --- | --- |\n")
-        for finding in plan.findings:
-            mark = "**error**" if finding.is_error else str(finding.severity)
-            parts.append(f"| {mark} | {_code(finding.subject)} | {_md(finding.message)} |\n")
-        parts.append("\n")
+    from reconcile.engine.placement import CAPACITY_KINDS
+
+    capacity = [f for f in plan.findings if f.kind in CAPACITY_KINDS]
+    others = [f for f in plan.findings if f.kind not in CAPACITY_KINDS]
+    if others:
+        parts.append(_findings_table(others))
+    if capacity:
+        parts.append("**Capacity:** where workloads land after apply, and the room they find\n\n")
+        parts.append(_findings_table(capacity))
     if changes:
         parts.append("| Node | Label | Live | Desired | Owner |\n| --- | --- | --- | --- | --- |\n")
         parts += [
@@ -809,6 +813,14 @@ def _plan_body(plan: Plan) -> str:
     if plan.prunable:
         parts.append(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")
     return "".join(parts)
+
+
+def _findings_table(findings: Sequence[Finding]) -> str:
+    rows = ["| | Subject | Finding |\n| --- | --- | --- |\n"]
+    for finding in findings:
+        mark = "**error**" if finding.is_error else str(finding.severity)
+        rows.append(f"| {mark} | {_code(finding.subject)} | {_md(finding.message)} |\n")
+    return "".join(rows) + "\n"
 
 
 def _plan_summary(plan: Plan, changes: Sequence[tuple[str, NodeChange]]) -> list[str]:

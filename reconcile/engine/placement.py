@@ -48,6 +48,13 @@ RBAC: Final = (
 )
 
 
+# The findings about where workloads land and the room they find: the PR markdown's
+# "Capacity" section.
+CAPACITY_KINDS: Final = frozenset(
+    {"unschedulable", "daemonset-no-nodes", "capacity-stranded", "affinity-lost", "eviction"}
+)
+
+
 def workloads(state: DesiredState) -> list[PodTemplate]:
     return workload_order(t for m in state.manifests if (t := pod_template(m.body)) is not None)
 

@@ -100,6 +100,10 @@ def test_removing_a_label_in_git_reports_the_pending_pod_and_the_stranded_one(
         "warning: Pod/nfd-lab/train-a: keeps running on lab-node-1 (IgnoredDuringExecution), but lab-node-1 "
         "will no longer match its required node affinity: a restart will not be placed"
     ) in plan.stderr
+    markdown = run_cli("plan", "-o", "markdown", cwd=workdir, kubeconfig=lab.kubeconfig).stdout
+    capacity = markdown.split("**Capacity:**", 1)[1]
+    assert "| **error** | `Pod/nfd-lab/train-b` | no node will take it after apply" in capacity
+    assert "| warning | `Pod/nfd-lab/train-a` | keeps running on lab-node-1" in capacity
     placement = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert (
         "Pod/nfd-lab/train-b 0/1 PENDING 1: 0/3 nodes are available: 3 node(s) didn't match Pod's "

@@ -157,3 +157,45 @@ def test_validate_refuses_gt_with_a_non_integer(workdir: Path) -> None:
         "desired/workloads/gpu-drv.yaml:42:13: Pod \"cuda13-job\": Gt '560x' on nvidia.com/cuda.driver.major is not "
         "an integer: the API server admits it, the scheduler never matches it"
     ) in result.stderr
+
+
+BIG_TRAIN = """---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: big-train
+  namespace: nfd-lab
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: big-train}
+  template:
+    metadata:
+      labels: {app: big-train}
+    spec:
+      nodeSelector:
+        nvidia.com/gpu.present: "true"
+      containers:
+      - name: trainer
+        image: nvcr.io/nvidia/pytorch:24.07-py3
+        resources:
+          limits: {nvidia.com/gpu: 3}
+"""
+
+
+def test_placement_counts_the_gpus_each_replica_takes(lab: TestCluster, workdir: Path) -> None:
+    # lab-node-0 offers 4 GPUs, lab-node-1 2, lab-node-2 none: one replica of 3 fits.
+    workloads = workdir / "desired" / "workloads" / "nfd-lab.yaml"
+    workloads.write_text(workloads.read_text() + BIG_TRAIN)
+    result = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert result.code == 1
+    assert (
+        "Deployment/nfd-lab/big-train 1/2 PENDING 1: 0/3 nodes are available: 1 node(s) didn't "
+        "match Pod's node affinity/selector, 2 Insufficient nvidia.com/gpu. "
+        "(3 nvidia.com/gpu free on the 2 nodes it may use, at most 2 on one node)"
+    ) in result.lines
+    plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert (
+        "error: Deployment/nfd-lab/big-train: 1 of 2 replicas cannot be placed after apply "
+        "(1/2 placed; before: 1/2 placed): 0/3 nodes are available"
+    ) in plan.stderr

@@ -22,7 +22,8 @@ hidden.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
@@ -40,6 +41,7 @@ from reconcile.kube.resources import (
 )
 from reconcile.kube.scheduler import (
     HOSTNAME,
+    REASON_AFFINITY,
     REASON_ANTI_AFFINITY,
     NodeView,
     filter_reason,
@@ -79,21 +81,6 @@ class PodTemplate:
     def requests(self) -> Resources:
         """What each of its pods asks of a node."""
         return pod_requests(self.spec)
-
-    def owns(self, pod: RunningPod) -> bool:
-        """Whether `pod` is one of this workload's (by its controller's reference)."""
-        if pod.namespace != self.namespace:
-            return False
-        if self.kind == "Pod":
-            return pod.owner is None and pod.name == self.name
-        if pod.owner is None:
-            return False
-        kind, name = pod.owner
-        if self.kind == "Deployment":  # its ReplicaSets are `<name>-<pod-template-hash>`
-            return kind == "ReplicaSet" and name.rpartition("-")[0] == self.name
-        if self.kind == "CronJob":  # its Jobs are `<name>-<scheduled time>`
-            return kind == "Job" and name.rpartition("-")[0] == self.name
-        return (kind, name) == (self.kind, self.name)
 
 
 def pod_template(manifest: Mapping[str, Any]) -> PodTemplate | None:
@@ -193,11 +180,38 @@ def running_pods(items: Iterable[Mapping[str, Any]]) -> list[RunningPod]:
 # --- nodes with room -------------------------------------------------------------------------------
 
 
-@dataclass
 class _Node:
-    view: NodeView
-    allocatable: Resources | None  # None: unknown, anything fits
-    used: Resources
+    """A node and what the pods bound to it use, as placement goes on."""
+
+    __slots__ = ("_key", "_keys", "_offered", "allocatable", "at", "used", "view")
+
+    def __init__(
+        self,
+        at: int,
+        view: NodeView,
+        allocatable: Resources | None,
+        used: Resources,
+        keys: dict[tuple[Any, ...], int],
+    ) -> None:
+        self.at = at  # its place in the list of nodes: the key of the filters' answers
+        self.view = view
+        self.allocatable = allocatable  # None: unknown, anything fits
+        self.used = used
+        self._keys = keys  # shared by the nodes of one placement
+        self._offered = None if allocatable is None else tuple(sorted(allocatable.items()))
+        self._key: int | None = None
+
+    @property
+    def key(self) -> int:
+        """Nodes with the same key answer every fit question alike: what they offer and
+        what they hold, numbered (an int hashes at once; the state it stands for does not)."""
+        if self._key is None:
+            state = (self._offered, tuple(sorted(self.used.items())))
+            self._key = self._keys.setdefault(state, len(self._keys))
+        return self._key
+
+    def copy(self) -> _Node:
+        return _Node(self.at, self.view, self.allocatable, dict(self.used), self._keys)
 
     def room(self, request: Mapping[str, int]) -> int | None:
         """How many more pods of `request` fit; None when fit is not evaluated."""
@@ -231,23 +245,114 @@ class _Node:
         for name, quantity in request.items():
             self.used[name] = self.used.get(name, 0) + quantity
         self.used[PODS] = self.used.get(PODS, 0) + 1
+        self._key = None
+
+
+def _at(node: _Node) -> int:
+    return node.at
+
+
+def _classes(nodes: Iterable[_Node]) -> dict[int, list[_Node]]:
+    """`nodes` grouped by what they offer and use: a fleet's nodes fall in a few groups,
+    and a question of fit is asked once per group."""
+    groups: dict[int, list[_Node]] = {}
+    for node in nodes:
+        key = node.key
+        found = groups.get(key)
+        if found is None:
+            groups[key] = [node]
+        else:
+            found.append(node)
+    return groups
+
+
+def _owner_keys(pod: RunningPod) -> list[tuple[str, str, str]]:
+    """(namespace, kind, name) of the declared workloads `pod` may be a replica of."""
+    if pod.owner is None:
+        return [(pod.namespace, "Pod", pod.name)]
+    kind, name = pod.owner
+    keys = [(pod.namespace, kind, name)]
+    if kind == "ReplicaSet":  # a Deployment's are `<name>-<pod-template-hash>`
+        keys.append((pod.namespace, "Deployment", name.rpartition("-")[0]))
+    elif kind == "Job":  # a CronJob's are `<name>-<scheduled time>`
+        keys.append((pod.namespace, "CronJob", name.rpartition("-")[0]))
+    return keys
 
 
 def _nodes(
     views: Sequence[NodeView], pods: Iterable[RunningPod], replaced: Sequence[PodTemplate]
 ) -> list[_Node]:
+    """The nodes with what the pods bound to them use, less the pods of `replaced`."""
+    declared = {(t.namespace, t.kind, t.name) for t in replaced}
     by_node: dict[str, list[Resources]] = {}
     for pod in pods:
-        if not any(t.owns(pod) for t in replaced if t.namespace == pod.namespace):
+        if not any(key in declared for key in _owner_keys(pod)):
             by_node.setdefault(pod.node, []).append(pod.requests)
+    keys: dict[tuple[Any, ...], int] = {}
     return [
         _Node(
+            i,
             view,
             dict(view.allocatable) if view.allocatable is not None else None,
             requested(by_node.get(view.name, ())),
+            keys,
         )
-        for view in views
+        for i, view in enumerate(views)
     ]
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """The label filters' answer for every node: each node's reason (None: it passes),
+    the nodes that pass, and the reasons of those that do not."""
+
+    reasons: Sequence[str | None]
+    eligible: tuple[int, ...]
+    failures: tuple[str, ...]
+    _start: dict[str, dict[int, list[_Node]]] = field(default_factory=dict, compare=False)
+
+    def start_groups(self, eligible: Callable[[], list[_Node]]) -> dict[int, list[_Node]]:
+        """The eligible nodes as they were before placement began, grouped (once)."""
+        if "groups" not in self._start:
+            self._start["groups"] = _classes(eligible())
+        return self._start["groups"]
+
+    @classmethod
+    def of(cls, reasons: Sequence[str | None]) -> _Answer:
+        return cls(
+            reasons,
+            tuple(i for i, r in enumerate(reasons) if r is None),
+            tuple(r for r in reasons if r is not None),
+        )
+
+
+class _Filters:
+    """The label filters' answer for each node, once per distinct way of asking: the
+    workloads of a fleet select their nodes in a handful of ways."""
+
+    def __init__(self, views: Sequence[NodeView]) -> None:
+        self.views = views
+        self.answers: dict[str, _Answer] = {}
+
+    def answer(self, template: PodTemplate) -> _Answer:
+        spec = template.spec
+        key = json.dumps(
+            [
+                template.daemon,
+                spec.get("nodeName"),
+                spec.get("nodeSelector"),
+                (spec.get("affinity") or {}).get("nodeAffinity"),
+                spec.get("tolerations"),
+            ],
+            sort_keys=True,
+            default=str,
+        )
+        found = self.answers.get(key)
+        if found is None:
+            found = self.answers[key] = _Answer.of(
+                [filter_reason(spec, view, daemon=template.daemon) for view in self.views]
+            )
+        return found
 
 
 # --- one workload ----------------------------------------------------------------------------------
@@ -325,13 +430,14 @@ def _domain(node: NodeView, key: str) -> str | None:
 class _Replicas:
     """One workload's replicas placed one by one over the nodes' room."""
 
-    def __init__(self, template: PodTemplate, nodes: Sequence[_Node]) -> None:
+    def __init__(self, template: PodTemplate, nodes: Sequence[_Node], answer: _Answer) -> None:
         self.template = template
-        self.nodes = nodes
+        self.nodes = nodes  # every node, each at its `at`
         self.request = template.requests
-        self.reasons = {
-            n.view.name: filter_reason(template.spec, n.view, daemon=template.daemon) for n in nodes
-        }
+        self.answer = answer
+        self.reasons = answer.reasons
+        self._eligible: list[_Node] | None = None
+        self._groups: dict[int, list[_Node]] | None = None
         self.anti_key = _anti_affinity_key(template)
         self.spreads = _spreads(template)
         self.taken: set[str] = set()  # anti-affinity domains holding a replica
@@ -346,12 +452,27 @@ class _Replicas:
                     domains.setdefault(domain, 0)
             self.counts.append(domains)
 
+    @property
+    def constrained(self) -> bool:
+        """Whether where one replica lands changes where the next may (spread, anti-affinity):
+        then nodes are asked one by one, else a group of alike nodes at once."""
+        return bool(self.spreads) or self.anti_key is not None
+
     def eligible(self) -> list[_Node]:
-        return [n for n in self.nodes if self.reasons[n.view.name] is None]
+        """The nodes that pass the label filters."""
+        if self._eligible is None:
+            self._eligible = [self.nodes[i] for i in self.answer.eligible]
+        return self._eligible
+
+    def groups(self) -> dict[int, list[_Node]]:
+        """The eligible nodes grouped alike, as they are now (placing regroups them)."""
+        if self._groups is None:
+            self._groups = _classes(self.eligible())
+        return self._groups
 
     def why_not(self, node: _Node) -> list[str]:
         """Why the next replica cannot land on `node`, in the filters' order."""
-        static = self.reasons[node.view.name]
+        static = self.reasons[node.at]
         if static is not None:
             return [static]
         shortfall = node.shortfall(self.request)
@@ -368,6 +489,28 @@ class _Replicas:
             return [REASON_ANTI_AFFINITY]
         return []
 
+    def eligible_failures(self) -> tuple[list[_Node], list[str]]:
+        """The nodes that pass the label filters, and why the next replica fits on none
+        of those where it does not (per group of alike nodes when unconstrained)."""
+        eligible = self.eligible()
+        if self.constrained:
+            return eligible, [r for n in eligible for r in self.why_not(n)]
+        failures: list[str] = []
+        for members in self.groups().values():
+            for reason in members[0].shortfall(self.request):
+                failures.extend([reason] * len(members))
+        return eligible, failures
+
+    def may(self) -> tuple[str, ...]:
+        """The nodes the next replica may land on, in name order."""
+        eligible = self.eligible()
+        if self.constrained:
+            return tuple(n.view.name for n in eligible if not self.why_not(n))
+        fitting = [m for m in self.groups().values() if not m[0].shortfall(self.request)]
+        if len(fitting) == 1:
+            return tuple(n.view.name for n in fitting[0])
+        return tuple(n.view.name for n in sorted((n for m in fitting for n in m), key=_at))
+
     def place_one(self, node: _Node) -> None:
         node.take(self.request)
         if self.anti_key is not None:
@@ -381,28 +524,37 @@ class _Replicas:
 
     def place(self, wanted: int) -> int:
         """Place up to `wanted` replicas; how many landed."""
-        if self.spreads or self.anti_key is not None:
+        if self.constrained:
             return self._place_scanning(wanted)
-        # Without constraints between replicas, the emptiest node that fits, by a heap.
-        heap = [
-            (-n.score(self.request), n.view.name, i)
-            for i, n in enumerate(self.nodes)
-            if self.reasons[n.view.name] is None
-        ]
+        # Unconstrained: the emptiest group of alike nodes that has room (a heap of
+        # groups), one of its nodes taking the replica and joining the group it now
+        # belongs to.
+        groups = {key: list(members) for key, members in self.groups().items()}
+        self._groups = None  # regrouped as replicas land
+        heap: list[tuple[float, str, int]] = []
+        for key, members in groups.items():
+            room = members[0].room(self.request)
+            if room is None:  # fit not evaluated: it takes every replica
+                return wanted
+            if room > 0:
+                members.reverse()  # popped from the end: the first by name first
+                heap.append((-members[-1].score(self.request), members[-1].view.name, key))
         heapq.heapify(heap)
         placed = 0
         while placed < wanted and heap:
-            _, _, i = heapq.heappop(heap)
-            node = self.nodes[i]
-            room = node.room(self.request)
-            if room == 0:
+            _, _, key = heapq.heappop(heap)
+            members = groups[key]
+            if not members:
                 continue
-            if room is None:  # fit not evaluated: it takes the rest
-                return wanted
+            node = members.pop()
             node.take(self.request)
             placed += 1
-            if room > 1:
-                heapq.heappush(heap, (-node.score(self.request), node.view.name, i))
+            if members:
+                heapq.heappush(heap, (-members[-1].score(self.request), members[-1].view.name, key))
+            joined = groups.setdefault(node.key, [])
+            joined.append(node)
+            if len(joined) == 1 and (node.room(self.request) or 0) > 0:
+                heapq.heappush(heap, (-node.score(self.request), node.view.name, node.key))
         return placed
 
     def _place_scanning(self, wanted: int) -> int:
@@ -417,59 +569,81 @@ class _Replicas:
             placed += 1
         return placed
 
+    def alone(self, wanted: int) -> int:
+        """How many replicas land on these nodes, this workload alone (the nodes are not
+        written to). Unconstrained replicas are alike: that is how many fit in all."""
+        if self.constrained:
+            fresh = list(self.nodes)
+            for i in self.answer.eligible:
+                fresh[i] = self.nodes[i].copy()
+            return _Replicas(self.template, fresh, self.answer).place(wanted)
+        total = 0
+        for members in self.groups().values():
+            room = members[0].room(self.request)
+            if room is None:
+                return wanted
+            total += room * len(members)
+        return min(total, wanted)
+
     def reason(self, pool: Mapping[str, str]) -> str:
         """The scheduler's message for the next replica, with the pool's free amount of a
         resource that is short everywhere but enough in total."""
-        failures = [reason for n in self.nodes for reason in self.why_not(n)]
-        message = scheduler_message(len(self.nodes), failures)
-        return message + _fragmentation(self.request, self.eligible(), pool)
+        eligible, failures = self.eligible_failures()
+        message = scheduler_message(len(self.nodes), [*self.answer.failures, *failures])
+        return message + _fragmentation(self.request, eligible, self.groups(), pool)
 
 
 def _fragmentation(
-    request: Mapping[str, int], eligible: Sequence[_Node], pool: Mapping[str, str]
+    request: Mapping[str, int],
+    eligible: Sequence[_Node],
+    groups: Mapping[int, Sequence[_Node]],
+    pool: Mapping[str, str],
 ) -> str:
     """` (14 nvidia.com/gpu free in pool a100, at most 6 on one node)` when the nodes it may
     use have enough of a resource between them but none alone."""
+    classes = groups.values()
     for resource, quantity in request.items():
-        if resource in (PODS,) or quantity <= 0:
+        if resource == PODS or quantity <= 0:
             continue
-        free = [f for n in eligible if (f := n.free(resource)) is not None]
-        if not free or max(free) >= quantity or sum(free) < quantity:
+        free = [(f, len(m)) for m in classes if (f := m[0].free(resource)) is not None]
+        most = max((f for f, _ in free), default=None)
+        total = sum(max(f, 0) * count for f, count in free)
+        if most is None or most >= quantity or total < quantity:
             continue
-        groups = {pool.get(n.view.name) for n in eligible}
+        pools = {pool.get(n.view.name) for n in eligible}
         where = (
-            f"in pool {next(iter(groups))}"
-            if len(groups) == 1 and None not in groups
+            f"in pool {next(iter(pools))}"
+            if len(pools) == 1 and None not in pools
             else f"on the {len(eligible)} nodes it may use"
         )
-        return f" ({sum(free)} {resource} free {where}, at most {max(free)} on one node)"
+        return f" ({total} {resource} free {where}, at most {most} on one node)"
     return ""
 
 
-def _place(template: PodTemplate, nodes: Sequence[_Node], pool: Mapping[str, str]) -> Placement:
-    replicas = _Replicas(template, nodes)
-    may = tuple(n.view.name for n in nodes if not replicas.why_not(n))
+def _place(
+    template: PodTemplate,
+    nodes: Sequence[_Node],
+    answer: _Answer,
+    pool: Mapping[str, str],
+) -> Placement:
+    replicas = _Replicas(template, nodes, answer)
+    may = replicas.may()
     if template.daemon:
         # One pod per node that should run it, pinned there (the controller adds node
         # affinity to the node): it fits or waits on that node alone.
         should = replicas.eligible()
-        stuck = [n for n in should if n.shortfall(template.requests)]
-        for node in should:
-            if node not in stuck:
-                node.take(template.requests)
         if not should:
-            failures = [r for n in nodes for r in replicas.why_not(n)]
-            return Placement(template, (), 1, scheduler_message(len(nodes), failures), 0)
+            return Placement(template, (), 1, scheduler_message(len(nodes), answer.failures), 0)
+        shortfalls = {key: m[0].shortfall(template.requests) for key, m in _classes(should).items()}
+        stuck = [n for n in should if shortfalls[n.key]]
+        for node in should:
+            if not shortfalls[node.key]:
+                node.take(template.requests)
         reason = None
         if stuck:
-            first = stuck[0]
-            others = len(nodes) - 1
             reason = scheduler_message(
                 len(nodes),
-                [
-                    *first.shortfall(template.requests),
-                    *["node(s) didn't match Pod's node affinity/selector"] * others,
-                ],
+                [*shortfalls[stuck[0].key], *[REASON_AFFINITY] * (len(nodes) - 1)],
             )
         return Placement(template, may, len(stuck), reason, len(should))
     wanted = max(template.replicas, 0)
@@ -477,6 +651,15 @@ def _place(template: PodTemplate, nodes: Sequence[_Node], pool: Mapping[str, str
     if placed == wanted:
         return Placement(template, may, 0, None, wanted)
     return Placement(template, may, wanted - placed, replicas.reason(pool), wanted)
+
+
+def _alone(template: PodTemplate, start: Sequence[_Node], answer: _Answer) -> int:
+    """How many of its replicas land on the nodes as they were before any workload here
+    took its share."""
+    replicas = _Replicas(template, start, answer)
+    if not replicas.constrained:  # the nodes as they were, grouped once per answer
+        replicas._groups = answer.start_groups(replicas.eligible)
+    return replicas.alone(max(template.replicas, 0))
 
 
 def place(
@@ -500,17 +683,16 @@ def place_all(
     `pool` names each node's group for the fragmentation words."""
     groups = pool or {}
     start = _nodes(nodes, pods, templates)
-    state = [_Node(n.view, n.allocatable, dict(n.used)) for n in start]
+    state = [n.copy() for n in start]
+    filters = _Filters(nodes)
     results = []
     for template in templates:
-        result = _place(template, state, groups)
-        if not result.ok and not template.daemon and len(templates) > 1:
-            alone = _place(
-                template, [_Node(n.view, n.allocatable, dict(n.used)) for n in start], groups
+        answer = filters.answer(template)
+        result = _place(template, state, answer, groups)
+        contested = not result.ok and not template.daemon and len(templates) > 1
+        if contested and _alone(template, start, answer) > result.placed:
+            result = Placement(
+                template, result.nodes, result.pending, result.reason, result.wanted, True
             )
-            if alone.placed > result.placed:
-                result = Placement(
-                    template, result.nodes, result.pending, result.reason, result.wanted, True
-                )
         results.append(result)
     return results

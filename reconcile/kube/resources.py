@@ -16,6 +16,7 @@ shortfall is one reason, `Too many pods` or `Insufficient <resource>`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -35,8 +36,15 @@ TOO_MANY_PODS: Final = "Too many pods"
 def amount(name: str, quantity: Any) -> int:
     """One quantity in the scheduler's units: millicores for cpu, whole units otherwise.
     Anything unparseable counts as zero (the API server would have refused it)."""
+    if isinstance(quantity, str | int | float):
+        return _amount(name == CPU, quantity)
+    return 0
+
+
+@functools.lru_cache(maxsize=4096)  # a fleet's pods ask for a handful of distinct amounts
+def _amount(milli: bool, quantity: str | int | float) -> int:
     try:
-        return milli_value(quantity) if name == CPU else value(quantity)
+        return milli_value(quantity) if milli else value(quantity)
     except (QuantityError, TypeError, ValueError):
         return 0
 

@@ -59,11 +59,9 @@ class NodePolicy(Protocol):
         reports it unless told otherwise), or None."""
         ...
 
-    def allocatable(
-        self, labels: Mapping[str, str], allocatable: Mapping[str, str]
-    ) -> Mapping[str, str]:
-        """What a node that offers `allocatable` now will offer pods once it carries
-        `labels` (a MIG layout repartitions its GPUs)."""
+    def allocatable(self, live: LiveNode, labels: Mapping[str, str]) -> Mapping[str, str]:
+        """What `live` will offer pods once it carries `labels` (a new MIG layout
+        repartitions its GPUs)."""
         ...
 
 
@@ -76,10 +74,8 @@ class NoPolicy:
     def refusal(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         return None
 
-    def allocatable(
-        self, labels: Mapping[str, str], allocatable: Mapping[str, str]
-    ) -> Mapping[str, str]:
-        return allocatable
+    def allocatable(self, live: LiveNode, labels: Mapping[str, str]) -> Mapping[str, str]:
+        return live.allocatable
 
 
 # The policy of a plan made without domain knowledge.

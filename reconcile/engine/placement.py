@@ -137,13 +137,13 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
     return found
 
 
-# A node's allocatable once it carries these labels (a MIG layout repartitions its GPUs):
-# the domain's NodePolicy.allocatable.
-Allocatable = Callable[[Mapping[str, str], Mapping[str, str]], Mapping[str, str]]
+# A live node's allocatable once it carries these labels (a MIG layout repartitions its
+# GPUs): the domain's NodePolicy.allocatable.
+Allocatable = Callable[[LiveNode, Mapping[str, str]], Mapping[str, str]]
 
 
-def _as_is(labels: Mapping[str, str], allocatable: Mapping[str, str]) -> Mapping[str, str]:
-    return allocatable
+def _as_is(live: LiveNode, labels: Mapping[str, str]) -> Mapping[str, str]:
+    return live.allocatable
 
 
 def node_views(
@@ -168,7 +168,7 @@ def node_views(
             views.append(NodeView(name, node_labels))
         else:
             taints = (taints_by_node or {}).get(name, node.taints)
-            offered = allocatable(node_labels, node.allocatable) if node.allocatable else None
+            offered = allocatable(node, node_labels) if node.allocatable else None
             views.append(
                 NodeView(
                     name,

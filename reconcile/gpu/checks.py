@@ -5,7 +5,7 @@ moves a GPU node onto a driver image the support matrix lacks is refused) and th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Severity
@@ -15,7 +15,7 @@ from reconcile.engine.diff import NodeChange
 from reconcile.engine.findings import Finding, overlay
 from reconcile.engine.operations import ENGINE_CHECKS, PlanCluster, PlanRequest
 from reconcile.engine.plan import Plan
-from reconcile.gpu import drivers, provenance
+from reconcile.gpu import drivers, mig, provenance
 from reconcile.kube.objects import LiveNode
 
 
@@ -25,6 +25,7 @@ class GpuPolicy:
     that is not in `matrix` (an empty matrix declares nothing to check against)."""
 
     matrix: frozenset[str] = frozenset()
+    mig: mig.MigTable = field(default_factory=mig.MigTable.default)
 
     def owner(self, live: LiveNode, key: str, inventory: frozenset[str]) -> str | None:
         return provenance.owner_of(live, key, inventory)
@@ -38,10 +39,14 @@ class GpuPolicy:
             "in the support matrix; add the image first, or pass --allow-missing-image"
         )
 
-    def allocatable(
-        self, labels: Mapping[str, str], allocatable: Mapping[str, str]
-    ) -> Mapping[str, str]:
-        return allocatable
+    def allocatable(self, live: LiveNode, labels: Mapping[str, str]) -> Mapping[str, str]:
+        """The node's allocatable once mig-manager has applied a new
+        `nvidia.com/mig.config` (its current one when the layout does not change, or
+        when it cannot be projected: `mig_layouts` reports that)."""
+        projected = _mig_projection(self.mig, live, labels)
+        if projected is None or isinstance(projected, mig.MigProblem):
+            return live.allocatable
+        return projected.allocatable
 
     def unsupported_image(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         """The image tag these changes would move a GPU node onto, if the matrix lacks it."""
@@ -57,6 +62,38 @@ class GpuPolicy:
         except drivers.TagError as e:
             return f"(none: label {e.label} would be missing)"
         return None if tag in self.matrix else tag
+
+
+def _mig_projection(
+    table: mig.MigTable, live: LiveNode, labels: Mapping[str, str]
+) -> mig.Projected | mig.MigProblem | None:
+    """What the node offers once its new MIG layout is applied; None when the plan does
+    not change its layout (nor the strategy the layout is advertised under)."""
+    keys = (mig.MIG_CONFIG, mig.MIG_STRATEGY)
+    if all(labels.get(k) == live.labels.get(k) for k in keys) or mig.MIG_CONFIG not in labels:
+        return None
+    return table.projected(labels, live.allocatable)
+
+
+def mig_layouts(projection: Projection) -> Iterable[Finding]:
+    """Nodes whose new `nvidia.com/mig.config` mig-manager cannot apply (a layout the
+    node's GPU does not have, an unknown layout): mig-manager would fail on the node
+    with no clear word (NVIDIA/mig-parted#18), so apply refuses."""
+    table = policy(projection.desired).mig
+    after = projection.labels_after
+    for live in projection.live:
+        labels = after.get(live.name)
+        if labels is None:
+            continue
+        projected = _mig_projection(table, live, labels)
+        if isinstance(projected, mig.MigProblem):
+            yield Finding(
+                severity=Severity.ERROR,
+                kind="mig-layout-invalid",
+                subject=live.name,
+                message=f"{mig.MIG_CONFIG}={projected.layout}: {projected.message}",
+                blocksApply=True,
+            )
 
 
 def driver_coverage(projection: Projection) -> Iterable[Finding]:
@@ -84,7 +121,7 @@ def driver_coverage(projection: Projection) -> Iterable[Finding]:
             )
 
 
-GPU_CHECKS: tuple[Check, ...] = (driver_coverage, provenance.label_fights)
+GPU_CHECKS: tuple[Check, ...] = (driver_coverage, mig_layouts, provenance.label_fights)
 # Everything a plan of a GPU cluster runs: the engine's checks and the GPU domain's.
 ALL_CHECKS: tuple[Check, ...] = (*ENGINE_CHECKS, *GPU_CHECKS)
 

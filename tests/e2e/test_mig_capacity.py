@@ -1,0 +1,101 @@
+"""A MIG layout in desired/ is a change of room, not only a label: the plan projects each
+node's allocatable from the GPU Operator's mig-parted layouts, refuses a layout the
+node's GPU does not have, and says which workloads and running pods lose their GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support import TestCluster, run_cli
+
+A100_JOB = """---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: nfd-lab
+spec:
+  nodeSelector:
+    nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB
+  containers:
+  - name: trainer
+    image: nvcr.io/nvidia/pytorch:24.07-py3
+    resources:
+      limits: {{{resource}: {count}}}
+"""
+
+
+def _layout(workdir: Path, layout: str, strategy: str = "mixed") -> None:
+    node = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    node.write_text(
+        node.read_text()
+        + f"  nvidia.com/mig.config: {layout}\n  nvidia.com/mig.strategy: {strategy}\n"
+    )
+
+
+def _add(workdir: Path, text: str) -> None:
+    workloads = workdir / "desired" / "workloads" / "nfd-lab.yaml"
+    workloads.write_text(workloads.read_text() + text)
+
+
+def test_a_layout_the_gpu_does_not_have_is_refused_and_nothing_is_written(
+    lab: TestCluster, workdir: Path
+) -> None:
+    _layout(workdir, "all-3g.40gb")  # an 80 GB profile on a 40 GB A100
+    plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert plan.code == 1
+    [line] = [line for line in plan.stderr.splitlines() if "mig-layout" in line or "all-3g" in line]
+    assert line.startswith("error: lab-node-0: nvidia.com/mig.config=all-3g.40gb: ")
+    assert "all-1g.5gb" in line  # the layouts that do exist for the product are named
+    before = lab.labels("lab-node-0")
+    applied = run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert applied.code == 2
+    assert lab.labels("lab-node-0") == before
+
+
+def test_a_new_layout_projects_the_room_workloads_find(lab: TestCluster, workdir: Path) -> None:
+    _layout(workdir, "all-1g.5gb")  # 4 x A100-40GB: 7 x 1g.5gb each
+    _add(workdir, A100_JOB.format(name="whole-gpu", resource="nvidia.com/gpu", count=1))
+    _add(workdir, A100_JOB.format(name="slices", resource="nvidia.com/mig-1g.5gb", count=28))
+    placement = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert "Pod/nfd-lab/slices 1/1 lab-node-0" in placement.lines
+    assert (
+        "Pod/nfd-lab/whole-gpu 0/1 PENDING 1: 0/3 nodes are available: 1 Insufficient "
+        "nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector."
+    ) in placement.lines
+    plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert (
+        "error: Pod/nfd-lab/whole-gpu: no node will take it after apply (1/1 placed before): "
+        "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match "
+        "Pod's node affinity/selector."
+    ) in plan.stderr
+
+
+def test_a_new_layout_under_running_gpu_pods_blocks_apply(lab: TestCluster, workdir: Path) -> None:
+    lab.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "busy", "namespace": "nfd-lab"},
+            "spec": {
+                "nodeName": "lab-node-0",
+                "containers": [
+                    {
+                        "name": "trainer",
+                        "image": "nvcr.io/nvidia/pytorch:24.07-py3",
+                        "resources": {"limits": {"nvidia.com/gpu": 2}},
+                    }
+                ],
+            },
+        }
+    )
+    _layout(workdir, "all-1g.5gb")
+    plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert (
+        "error: lab-node-0: its running pods request 2 nvidia.com/gpu (it will offer 0, 4 now) "
+        "after apply: nfd-lab/busy lose what they run on"
+    ) in plan.stderr
+    before = lab.labels("lab-node-0")
+    applied = run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert applied.code == 2
+    assert lab.labels("lab-node-0") == before

@@ -47,7 +47,7 @@ def load_tree(session: Session, *, coverage_check: bool) -> Loaded:
     from reconcile.desired import fleet as fleets
     from reconcile.engine import placement
     from reconcile.engine.objects import plan as object_plan
-    from reconcile.gpu import drivers
+    from reconcile.gpu import checks, drivers
 
     fleet, state, problems = fleets.load(session.desired)
     if not diag.has_errors(problems):
@@ -56,6 +56,7 @@ def load_tree(session: Session, *, coverage_check: bool) -> Loaded:
             for tree in (fleet.trees.values() if fleet is not None else (state,))
             for problem in (
                 *drivers.desired_diagnostics(tree, coverage_check=coverage_check),
+                *checks.mig_diagnostics(tree),
                 *placement.desired_diagnostics(tree),
                 *object_plan.desired_diagnostics(tree),
             )

@@ -478,6 +478,16 @@ class DesiredGroup:
 
 
 @dataclass(frozen=True)
+class MigConfig:
+    """A custom mig-parted configuration declared in desired/: the `config.yaml` of a
+    ConfigMap (what ClusterPolicy `migManager.config.name` points the GPU Operator at)."""
+
+    name: str  # `ConfigMap <namespace>/<name>`
+    document: Mapping[str, Any]
+    source: Source
+
+
+@dataclass(frozen=True)
 class MatrixRow:
     branch: str
     kernel: str
@@ -540,6 +550,8 @@ class DesiredState:
     groups: tuple[DesiredGroup, ...] = ()
     matrix: tuple[MatrixRow, ...] = ()
     manifests: tuple[Manifest, ...] = ()
+    # Custom MIG layouts (ConfigMaps whose config.yaml is a mig-parted configuration).
+    mig_configs: tuple[MigConfig, ...] = ()
     # sha256 of every file the state was read from (path and bytes): binds a saved plan.
     digest: str = ""
 

@@ -43,6 +43,7 @@ from reconcile.desired.models import (
     LabelSelector,
     Manifest,
     MatrixRow,
+    MigConfig,
     NodeFeatures,
     NodeGroup,
     Taint,
@@ -218,8 +219,30 @@ class _Loader:
             groups=tuple(self._groups[name] for name in sorted(self._groups)),
             matrix=tuple(sorted(self.matrix.values(), key=lambda r: r.tag)),
             manifests=tuple(self.manifests),
+            mig_configs=tuple(self._mig_configs()),
             digest="sha256:" + self._digest.hexdigest(),
         )
+
+    def _mig_configs(self) -> Iterator[MigConfig]:
+        """The ConfigMaps whose `config.yaml` is a mig-parted configuration (it names
+        `mig-configs`), parsed; a config.yaml that is not YAML is an error at its key."""
+        for manifest in self.manifests:
+            if (manifest.api_version, manifest.kind) != ("v1", "ConfigMap"):
+                continue
+            text = (manifest.body.get("data") or {}).get("config.yaml")
+            if not isinstance(text, str) or "mig-configs" not in text:
+                continue
+            name = f"ConfigMap {manifest.namespace}/{manifest.name}"
+            where = manifest.at(("data", "config.yaml"))
+            documents, problems = parse_yaml(text, where.file)
+            if problems:
+                self.problems.append(
+                    diag.error(f"{name}: config.yaml is not YAML", where, problems[0].message)
+                )
+                continue
+            data = documents[0].data if documents else None
+            if isinstance(data, dict) and "mig-configs" in data:
+                yield MigConfig(name, data, where)
 
     def _shown(self, path: Path) -> str:
         """How a path made absolute (by kustomize.py) is named in messages."""

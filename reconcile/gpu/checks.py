@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
+from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState
-from reconcile.diagnostics import Severity
+from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.engine import operations
 from reconcile.engine.checks import Check, Projection
 from reconcile.engine.diff import NodeChange
@@ -127,7 +129,75 @@ ALL_CHECKS: tuple[Check, ...] = (*ENGINE_CHECKS, *GPU_CHECKS)
 
 
 def policy(state: DesiredState) -> GpuPolicy:
-    return GpuPolicy(state.matrix_tags)
+    return GpuPolicy(state.matrix_tags, mig_table(state)[0])
+
+
+CLUSTER_POLICY: Final = ("nvidia.com/v1", "ClusterPolicy")
+
+
+def mig_table(state: DesiredState) -> tuple[mig.MigTable, list[Diagnostic]]:
+    """The MIG layouts mig-manager applies: a custom mig-parted configuration declared in
+    desired/ (the ConfigMap a declared ClusterPolicy's `migManager.config.name` names, or
+    the only one there is), else the GPU Operator's default; and what is wrong with the
+    custom one (the default is used meanwhile)."""
+    if not state.mig_configs:
+        return mig.MigTable.default(), []
+    named = {
+        str((((m.body.get("spec") or {}).get("migManager") or {}).get("config") or {}).get("name"))
+        for m in state.manifests
+        if (m.api_version, m.kind) == CLUSTER_POLICY
+    }
+    chosen = [c for c in state.mig_configs if c.name.rpartition("/")[2] in named]
+    if not chosen and len(state.mig_configs) == 1:
+        chosen = list(state.mig_configs)
+    if len(chosen) != 1:
+        return mig.MigTable.default(), [
+            diag.error(
+                f"{len(state.mig_configs)} mig-parted configurations and no ClusterPolicy "
+                "naming one of them: which MIG layouts apply is not known",
+                state.mig_configs[0].source,
+                "declare the ClusterPolicy with spec.migManager.config.name, or keep one",
+            )
+        ]
+    config = chosen[0]
+    try:
+        return mig.MigTable.from_config(config.document, config.name), []
+    except mig.MigConfigError as e:
+        return mig.MigTable.default(), [
+            diag.error(f"{config.name}: {problem}", config.source) for problem in e.problems
+        ]
+
+
+def mig_diagnostics(state: DesiredState) -> list[Diagnostic]:
+    """A declared `nvidia.com/mig.config` that names no layout of the MIG table, or
+    (where desired/ declares the GPU product too) a layout that product does not have;
+    and what is wrong with a custom mig-parted configuration."""
+    table, found = mig_table(state)
+    declared = [(f"node {name}", node) for name, node in state.nodes.items()]
+    declared += [(f"NodeGroup {group.name}", group.node) for group in state.groups]
+    for what, node in declared:
+        layout = node.labels.get(mig.MIG_CONFIG)
+        if layout is None:
+            continue
+        product = node.labels.get(mig.GPU_PRODUCT)
+        if layout not in table.configs:
+            found.append(
+                diag.error(
+                    f"{what}: MIG layout {layout} is not in {table.source}",
+                    node.source_of(mig.MIG_CONFIG),
+                    f"layouts: {', '.join(sorted(table.configs))}",
+                )
+            )
+        elif product is not None and layout not in table.layouts(product):
+            found.append(
+                diag.error(
+                    f"{what}: MIG layout {layout} does not exist for {product}",
+                    node.source_of(mig.MIG_CONFIG),
+                    f"layouts for {mig.base_product(product)}: "
+                    + ", ".join(table.layouts(product)),
+                )
+            )
+    return found
 
 
 def plan(

@@ -25,11 +25,17 @@ spec:
 """
 
 
-def _layout(workdir: Path, layout: str, strategy: str = "mixed") -> None:
+def _layout(
+    workdir: Path, layout: str, strategy: str = "mixed", *, product: bool = True
+) -> None:
+    """lab-node-0's desired layout (with its product declared too, or left to the live
+    label); a second call replaces the first."""
     node = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    text = node.read_text().split("  nvidia.com/mig.config:")[0]
+    if not product:
+        text = text.replace("  nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB\n", "")
     node.write_text(
-        node.read_text()
-        + f"  nvidia.com/mig.config: {layout}\n  nvidia.com/mig.strategy: {strategy}\n"
+        text + f"  nvidia.com/mig.config: {layout}\n  nvidia.com/mig.strategy: {strategy}\n"
     )
 
 
@@ -41,7 +47,7 @@ def _add(workdir: Path, text: str) -> None:
 def test_a_layout_the_gpu_does_not_have_is_refused_and_nothing_is_written(
     lab: TestCluster, workdir: Path
 ) -> None:
-    _layout(workdir, "all-3g.40gb")  # an 80 GB profile on a 40 GB A100
+    _layout(workdir, "all-3g.40gb", product=False)  # an 80 GB profile on a 40 GB A100
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert plan.code == 1
     [line] = [line for line in plan.stderr.splitlines() if "mig-layout" in line or "all-3g" in line]
@@ -99,3 +105,46 @@ def test_a_new_layout_under_running_gpu_pods_blocks_apply(lab: TestCluster, work
     applied = run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert applied.code == 2
     assert lab.labels("lab-node-0") == before
+
+
+def test_validate_refuses_a_layout_the_declared_product_lacks(workdir: Path) -> None:
+    _layout(workdir, "all-3g.40gb")
+    result = run_cli("validate", cwd=workdir)
+    assert result.code == 2
+    assert (
+        "desired/nodes/lab-node-0.yaml:21:3: node lab-node-0: MIG layout all-3g.40gb does not "
+        "exist for NVIDIA-A100-SXM4-40GB: layouts for NVIDIA-A100-SXM4-40GB: "
+    ) in result.stderr
+
+
+CUSTOM = """---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: custom-mig-config
+  namespace: gpu-operator
+data:
+  config.yaml: |
+    version: v1
+    mig-configs:
+      two-halves:
+        - devices: all
+          mig-enabled: true
+          mig-devices:
+            "3g.20gb": 2
+"""
+
+
+def test_a_custom_mig_parted_config_in_desired_gives_its_layouts(
+    lab: TestCluster, workdir: Path
+) -> None:
+    namespace = "---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: gpu-operator\n"
+    _add(workdir, namespace + CUSTOM)
+    _layout(workdir, "two-halves")
+    _add(workdir, A100_JOB.format(name="halves", resource="nvidia.com/mig-3g.20gb", count=8))
+    placement = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert "Pod/nfd-lab/halves 1/1 lab-node-0" in placement.lines
+    _layout(workdir, "all-1g.5gb")  # the default's layouts are gone with a custom config
+    result = run_cli("validate", cwd=workdir)
+    assert result.code == 2
+    assert "MIG layout all-1g.5gb is not in ConfigMap gpu-operator/custom-mig-config" in result.stderr

@@ -14,7 +14,10 @@ for a pod left Pending the condition's message and its FitError part (`reason`);
 empty for a pod the scheduler holds back without trying any node (no condition at all).
 
 Run against the control plane in shared/k8s (`cluster up`): a cluster nobody else uses,
-since nodes and cluster-scoped objects are created and deleted.
+since nodes and cluster-scoped objects are created and deleted. The format is the placement
+corpus's (tests/data/placement/): `expected` holds wanted, placed, nodes, reason, message.
+Each scenario here is built so that the filters leave one outcome (`nodes` is recorded as
+observed, from one run).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ruamel.yaml import YAML
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
@@ -191,7 +195,7 @@ class Capture:
         time.sleep(SETTLE_SECONDS)  # a retry may change the message; let it
         pods = self.pods(namespace, workload)
         placed = Counter(p["spec"]["nodeName"] for p in pods if p["spec"].get("nodeName"))
-        expected: dict[str, Any] = {"placed": sum(placed.values()), "wanted": wanted}
+        expected: dict[str, Any] = {"wanted": wanted, "placed": sum(placed.values())}
         expected["nodes"] = dict(sorted(placed.items()))
         pending = sorted(
             (p for p in pods if not p["spec"].get("nodeName")),
@@ -211,9 +215,7 @@ class Capture:
         yaml.preserve_quotes = True
         yaml.width = 4096
         scenario = yaml.load(path.read_text())
-        started = time.monotonic()
         self.clean()
-        print(f"  clean {time.monotonic() - started:.1f}s", file=sys.stderr)
         namespace = f"dra-{scenario['name']}"
         self.namespace(namespace)
         for node in scenario.get("nodes") or ():
@@ -242,7 +244,10 @@ def write_expected(path: Path, expected: dict[str, Any]) -> None:
     yaml.width = 4096
     yaml.default_flow_style = False
     body = io.StringIO()
-    yaml.dump({"expected": expected}, body)
+    quoted = {
+        k: DoubleQuotedScalarString(v) if isinstance(v, str) else v for k, v in expected.items()
+    }
+    yaml.dump({"expected": quoted}, body)
     path.write_text(head + "\n" + body.getvalue())
 
 

@@ -22,13 +22,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_fleet import PAIRS, Raw, node_labels, paired, reconcile  # noqa: E402
+from bench_fleet import PAIRS, Raw, node_labels, paired, reconcile
 
-from reconcile.desired.models import DesiredState, Manifest  # noqa: E402
-from reconcile.diagnostics import Source  # noqa: E402
-from reconcile.engine.placement import placement  # noqa: E402
-from reconcile.kube import wire  # noqa: E402
-from reconcile.sandbox import Sandbox  # noqa: E402
+from reconcile.desired.models import DesiredState, Manifest
+from reconcile.diagnostics import Source
+from reconcile.engine.placement import placement
+from reconcile.kube import wire
+from reconcile.sandbox import Sandbox
 
 POOLS = 5
 FLOOR = """
@@ -120,9 +120,7 @@ def write_desired(root: Path, workloads: int) -> Path:
     desired = root / "desired"
     (desired / "nodes").mkdir(parents=True)
     (desired / "workloads").mkdir()
-    text = "".join(
-        "---\n" + json.dumps(deployment(i), indent=1) + "\n" for i in range(workloads)
-    )
+    text = "".join("---\n" + json.dumps(deployment(i), indent=1) + "\n" for i in range(workloads))
     (desired / "workloads" / "train.yaml").write_text(text)
     return desired
 

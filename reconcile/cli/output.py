@@ -85,7 +85,8 @@ def placement_line(result: Placement) -> str:
         return f"{head} {','.join(result.nodes)}"
     schedules = " (fits on some schedules)" if result.some_schedules else ""
     count = f" {result.pending}" if result.wanted else ""
-    return f"{head} PENDING{count}{schedules}: {result.reason}"
+    state = "PENDING" if result.evaluated else "NOT EVALUATED"
+    return f"{head} {state}{count}{schedules}: {result.reason}"
 
 
 def name_first(cluster: str) -> str:

@@ -19,6 +19,7 @@ import re
 import shlex
 import sys
 import textwrap
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar, cast
@@ -596,6 +597,8 @@ class JsonView(_Composed):
                     "pending": r.pending,
                     "reason": r.reason,
                     "someSchedules": r.some_schedules,
+                    "evaluated": r.evaluated,
+                    "landed": dict(Counter(r.landed)),
                 }
                 for r in results
             ]

@@ -24,10 +24,11 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Final
 
+from reconcile.kube import dra
 from reconcile.kube.kinds import ObjectId, apply_rank, workload_id
 from reconcile.kube.resources import (
     CPU,
@@ -50,6 +51,7 @@ from reconcile.kube.scheduler import (
 )
 from reconcile.kube.selector import SelectorError, from_label_selector
 
+NOT_EVALUATED: Final = "not evaluated"
 REASON_SPREAD: Final = "node(s) didn't match pod topology spread constraints"
 REASON_SPREAD_LABEL: Final = (
     "node(s) didn't match pod topology spread constraints (missing required label)"
@@ -371,6 +373,12 @@ class Placement:
     # Placed in full when it was placed alone, not behind the workloads before it: the
     # outcome depends on where the scheduler puts those.
     some_schedules: bool = False
+    # False when the scheduler would use something not modelled here (the reason says
+    # what): the pending replicas may or may not be placed.
+    evaluated: bool = True
+    # Where each placed replica landed, in the order placed (the scheduler may choose
+    # otherwise among equal nodes).
+    landed: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -430,8 +438,21 @@ def _domain(node: NodeView, key: str) -> str | None:
 class _Replicas:
     """One workload's replicas placed one by one over the nodes' room."""
 
-    def __init__(self, template: PodTemplate, nodes: Sequence[_Node], answer: _Answer) -> None:
+    def __init__(
+        self,
+        template: PodTemplate,
+        nodes: Sequence[_Node],
+        answer: _Answer,
+        claims: dra.Cluster | None = None,
+    ) -> None:
         self.template = template
+        # The DRA plugin's view when the pod asks for devices (None: not evaluated here).
+        self.claims = claims if template.spec.get("resourceClaims") else None
+        self.pod = {"metadata": {"name": template.name}, "spec": template.spec}
+        self._devices: dict[int, dra.Answer] = {}  # per node, until a replica takes devices
+        self.landed: list[str] = []
+        # A DRA answer that is the pod's outcome, not a node's (an error, not evaluated).
+        self.outcome: dra.Answer | None = None
         self.nodes = nodes  # every node, each at its `at`
         self.request = template.requests
         self.answer = answer
@@ -454,9 +475,21 @@ class _Replicas:
 
     @property
     def constrained(self) -> bool:
-        """Whether where one replica lands changes where the next may (spread, anti-affinity):
-        then nodes are asked one by one, else a group of alike nodes at once."""
-        return bool(self.spreads) or self.anti_key is not None
+        """Whether where one replica lands changes where the next may (spread,
+        anti-affinity, devices): then nodes are asked one by one, else a group of alike
+        nodes at once."""
+        return bool(self.spreads) or self.anti_key is not None or self.claims is not None
+
+    def devices(self, node: _Node) -> dra.Answer:
+        """The DRA plugin's answer for the next replica on `node`."""
+        assert self.claims is not None
+        found = self._devices.get(node.at)
+        if found is None:
+            labels = node.view.labels
+            namespace = self.template.namespace or "default"
+            found = dra.allocate(self.pod, namespace, node.view.name, labels, self.claims)
+            self._devices[node.at] = found
+        return found
 
     def eligible(self) -> list[_Node]:
         """The nodes that pass the label filters."""
@@ -487,6 +520,13 @@ class _Replicas:
                 return [REASON_SPREAD]
         if self.anti_key is not None and _domain(node.view, self.anti_key) in self.taken:
             return [REASON_ANTI_AFFINITY]
+        if self.claims is not None:
+            devices = self.devices(node)
+            if devices.verdict is dra.Verdict.UNSCHEDULABLE:
+                return [devices.reason]
+            if not devices.fits:
+                self.outcome = self.outcome or devices
+                return [devices.reason]
         return []
 
     def eligible_failures(self) -> tuple[list[_Node], list[str]]:
@@ -513,6 +553,10 @@ class _Replicas:
 
     def place_one(self, node: _Node) -> None:
         node.take(self.request)
+        if self.claims is not None:
+            namespace = self.template.namespace or "default"
+            self.claims = self.claims.taking(self.devices(node), namespace)
+            self._devices.clear()
         if self.anti_key is not None:
             domain = _domain(node.view, self.anti_key)
             if domain is not None:
@@ -535,6 +579,7 @@ class _Replicas:
         for key, members in groups.items():
             room = members[0].room(self.request)
             if room is None:  # fit not evaluated: it takes every replica
+                self.landed.extend([members[0].view.name] * (wanted - len(self.landed)))
                 return wanted
             if room > 0:
                 members.reverse()  # popped from the end: the first by name first
@@ -548,6 +593,7 @@ class _Replicas:
                 continue
             node = members.pop()
             node.take(self.request)
+            self.landed.append(node.view.name)
             placed += 1
             if members:
                 heapq.heappush(heap, (-members[-1].score(self.request), members[-1].view.name, key))
@@ -562,10 +608,11 @@ class _Replicas:
         eligible = self.eligible()
         while placed < wanted:
             fits = [n for n in eligible if not self.why_not(n)]
-            if not fits:
+            if not fits or self.outcome is not None:
                 break
             best = max(fits, key=lambda n: (n.score(self.request), [-ord(c) for c in n.view.name]))
             self.place_one(best)
+            self.landed.append(best.view.name)
             placed += 1
         return placed
 
@@ -576,7 +623,7 @@ class _Replicas:
             fresh = list(self.nodes)
             for i in self.answer.eligible:
                 fresh[i] = self.nodes[i].copy()
-            return _Replicas(self.template, fresh, self.answer).place(wanted)
+            return _Replicas(self.template, fresh, self.answer, self.claims).place(wanted)
         total = 0
         for members in self.groups().values():
             room = members[0].room(self.request)
@@ -589,8 +636,23 @@ class _Replicas:
         """The scheduler's message for the next replica, with the pool's free amount of a
         resource that is short everywhere but enough in total."""
         eligible, failures = self.eligible_failures()
+        if self.outcome is not None:
+            return _pod_outcome(self.outcome, len(self.nodes))
         message = scheduler_message(len(self.nodes), [*self.answer.failures, *failures])
         return message + _fragmentation(self.request, eligible, self.groups(), pool)
+
+
+def _pod_outcome(answer: dra.Answer, total: int) -> str:
+    """What a DRA answer that is not a node's says for the pod: PreFilter's refusal in
+    FitError's words, a Filter error as the condition says it, a pod held back before
+    any node is tried, or what is not evaluated here."""
+    if answer.verdict is dra.Verdict.REFUSED:
+        return f"0/{total} nodes are available: {answer.reason}."
+    if answer.verdict is dra.Verdict.HELD:
+        return f"held back before scheduling, no node tried: {answer.reason}"
+    if answer.verdict is dra.Verdict.NOT_EVALUATED:
+        return f"{NOT_EVALUATED}: {answer.reason}"
+    return answer.reason
 
 
 def _fragmentation(
@@ -625,38 +687,59 @@ def _place(
     nodes: Sequence[_Node],
     answer: _Answer,
     pool: Mapping[str, str],
-) -> Placement:
-    replicas = _Replicas(template, nodes, answer)
+    claims: dra.Cluster | None = None,
+) -> tuple[Placement, dra.Cluster | None]:
+    """The workload's placement, and the devices the cluster has allocated after it."""
+    result, replicas = _placing(template, nodes, answer, pool, claims)
+    return result, replicas.claims if replicas.claims is not None else claims
+
+
+def _placing(
+    template: PodTemplate,
+    nodes: Sequence[_Node],
+    answer: _Answer,
+    pool: Mapping[str, str],
+    claims: dra.Cluster | None,
+) -> tuple[Placement, _Replicas]:
+    replicas = _Replicas(template, nodes, answer, claims)
     may = replicas.may()
     if template.daemon:
         # One pod per node that should run it, pinned there (the controller adds node
         # affinity to the node): it fits or waits on that node alone.
         should = replicas.eligible()
         if not should:
-            return Placement(template, (), 1, scheduler_message(len(nodes), answer.failures), 0)
+            return Placement(
+                template, (), 1, scheduler_message(len(nodes), answer.failures), 0
+            ), replicas
         shortfalls = {key: m[0].shortfall(template.requests) for key, m in _classes(should).items()}
         stuck = [n for n in should if shortfalls[n.key]]
-        for node in should:
-            if not shortfalls[node.key]:
-                node.take(template.requests)
+        landing = [n for n in should if not shortfalls[n.key]]
+        for node in landing:
+            node.take(template.requests)
         reason = None
         if stuck:
             reason = scheduler_message(
                 len(nodes),
                 [*shortfalls[stuck[0].key], *[REASON_AFFINITY] * (len(nodes) - 1)],
             )
-        return Placement(template, may, len(stuck), reason, len(should))
+        landed = tuple(n.view.name for n in landing)
+        return Placement(template, may, len(stuck), reason, len(should), landed=landed), replicas
     wanted = max(template.replicas, 0)
     placed = replicas.place(wanted)
     if placed == wanted:
-        return Placement(template, may, 0, None, wanted)
-    return Placement(template, may, wanted - placed, replicas.reason(pool), wanted)
+        return Placement(template, may, 0, None, wanted, landed=tuple(replicas.landed)), replicas
+    outcome = replicas.outcome
+    evaluated = outcome is None or outcome.verdict is not dra.Verdict.NOT_EVALUATED
+    reason = replicas.reason(pool)
+    return Placement(template, may, wanted - placed, reason, wanted, evaluated=evaluated), replicas
 
 
-def _alone(template: PodTemplate, start: Sequence[_Node], answer: _Answer) -> int:
+def _alone(
+    template: PodTemplate, start: Sequence[_Node], answer: _Answer, claims: dra.Cluster | None
+) -> int:
     """How many of its replicas land on the nodes as they were before any workload here
     took its share."""
-    replicas = _Replicas(template, start, answer)
+    replicas = _Replicas(template, start, answer, claims)
     if not replicas.constrained:  # the nodes as they were, grouped once per answer
         replicas._groups = answer.start_groups(replicas.eligible)
     return replicas.alone(max(template.replicas, 0))
@@ -667,9 +750,10 @@ def place(
     nodes: Sequence[NodeView],
     pods: Sequence[RunningPod] = (),
     pool: Mapping[str, str] | None = None,
+    claims: dra.Cluster | None = None,
 ) -> Placement:
     """Where one workload's pods land, alone, and how many cannot."""
-    return place_all([template], nodes, pods, pool)[0]
+    return place_all([template], nodes, pods, pool, claims)[0]
 
 
 def place_all(
@@ -677,22 +761,24 @@ def place_all(
     nodes: Sequence[NodeView],
     pods: Sequence[RunningPod] = (),
     pool: Mapping[str, str] | None = None,
+    claims: dra.Cluster | None = None,
 ) -> list[Placement]:
     """Every workload placed in turn, in the order given, each replica taking its share
     of a node before the next. `pods` run already (those of `templates` are replaced);
-    `pool` names each node's group for the fragmentation words."""
+    `pool` names each node's group for the fragmentation words; `claims` is what the DRA
+    plugin reads (slices, classes, claims, templates): without it a pod's resource claims
+    are not evaluated."""
     groups = pool or {}
     start = _nodes(nodes, pods, templates)
     state = [n.copy() for n in start]
     filters = _Filters(nodes)
     results = []
+    devices = claims
     for template in templates:
         answer = filters.answer(template)
-        result = _place(template, state, answer, groups)
+        result, devices = _place(template, state, answer, groups, devices)
         contested = not result.ok and not template.daemon and len(templates) > 1
-        if contested and _alone(template, start, answer) > result.placed:
-            result = Placement(
-                template, result.nodes, result.pending, result.reason, result.wanted, True
-            )
+        if contested and _alone(template, start, answer, claims) > result.placed:
+            result = replace(result, some_schedules=True)
         results.append(result)
     return results

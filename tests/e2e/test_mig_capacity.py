@@ -25,9 +25,7 @@ spec:
 """
 
 
-def _layout(
-    workdir: Path, layout: str, strategy: str = "mixed", *, product: bool = True
-) -> None:
+def _layout(workdir: Path, layout: str, strategy: str = "mixed", *, product: bool = True) -> None:
     """lab-node-0's desired layout (with its product declared too, or left to the live
     label); a second call replaces the first."""
     node = workdir / "desired" / "nodes" / "lab-node-0.yaml"
@@ -147,4 +145,6 @@ def test_a_custom_mig_parted_config_in_desired_gives_its_layouts(
     _layout(workdir, "all-1g.5gb")  # the default's layouts are gone with a custom config
     result = run_cli("validate", cwd=workdir)
     assert result.code == 2
-    assert "MIG layout all-1g.5gb is not in ConfigMap gpu-operator/custom-mig-config" in result.stderr
+    assert (
+        "MIG layout all-1g.5gb is not in ConfigMap gpu-operator/custom-mig-config" in result.stderr
+    )

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from reconcile.cli.output import placement_line
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Severity, Source
-from reconcile.engine import placement
+from reconcile.engine import capacity, placement
 from reconcile.engine.capacity import PodTemplate, place
 from reconcile.kube import scheduler
 from reconcile.kube.scheduler import NodeSelector, NodeView, preferred_score
@@ -327,13 +327,13 @@ def test_pod_templates_of_every_workload_kind() -> None:
         "DaemonSet": ({"template": template}, 0),
     }
     for kind, (spec, replicas) in cases.items():
-        found = placement.pod_template(
+        found = capacity.pod_template(
             {"kind": kind, "metadata": {"name": "w", "namespace": "n"}, "spec": spec}
         )
         assert found is not None and found.replicas == replicas and found.labels == {"app": "x"}, (
             kind
         )
-    assert placement.pod_template({"kind": "ConfigMap", "metadata": {"name": "c"}}) is None
+    assert capacity.pod_template({"kind": "ConfigMap", "metadata": {"name": "c"}}) is None
 
 
 def _manifest(spec: dict[str, Any]) -> DesiredState:
@@ -484,7 +484,7 @@ def _evictions(
     return placement.evictions(
         [NodeView("n", {}, taints=before)],
         [NodeView("n", {}, taints=after)],
-        placement.running_pods(pods),
+        capacity.running_pods(pods),
         allowed=allowed,
     )
 

@@ -23,7 +23,7 @@ stopped, since it re-reads every node through the client's typed models, and nod
 created by POST as a kubelet registers them). On the real server the request count is
 the one `plan -v` reports. PATCH rates are the client's, from the first sent to the last
 answered: the raw process's own clock, and the writing time `apply -v` reports. Reports,
-never asserts: the numbers go into the README.
+never asserts: the numbers go into docs/performance.md.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ before each run the backlog is made again (the label set back, reconcile's inven
 annotation removed), so each command finds the same drift. `watch` corrects each node
 with one PATCH and records one Event, where `apply` sends the PATCH alone: the requests
 are counted from the sandbox's log. Times are wall clock of a process as a user runs
-it, one run each. Reports, never asserts: the numbers go into the README.
+it, one run each. Reports, never asserts: the numbers go into docs/performance.md.
 """
 
 from __future__ import annotations

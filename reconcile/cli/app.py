@@ -292,7 +292,7 @@ def main() -> None:
 def run() -> None:
     """The `reconcile` command and `python -m reconcile`: `main`, then, as the process
     ends, what is still alive kept out of the interpreter's last collections. They would
-    walk every object a command made (README: fleet-scale figures) and find no
+    walk every object a command made (docs/performance.md) and find no
     cycle worth freeing in a process about to exit; atexit handlers still run (the
     client's temporary certificate files are removed)."""
     try:

@@ -423,15 +423,15 @@ def test_one_cluster_commands_need_cluster_in_a_fleet(fleet: Any) -> None:
 
 
 @pytest.mark.slow
-def test_the_readmes_fleet_example_runs_as_written(tmp_path: Path) -> None:
+def test_the_docs_fleet_example_runs_as_written(tmp_path: Path) -> None:
     import re
     import subprocess
     import sys
 
-    readme = (REPO / "README.md").read_text()
+    page = (REPO / "docs" / "concepts" / "fleets.md").read_text()
     [line] = [
         block.strip()
-        for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.DOTALL)
+        for block in re.findall(r"```sh\n(.*?)```", page, flags=re.DOTALL)
         if "--seed driver-lab" in block
     ]
     work = tmp_path / "repo"

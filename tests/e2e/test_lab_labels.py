@@ -191,16 +191,16 @@ def test_apply_json_reports_what_changed(lab: TestCluster, workdir: Path) -> Non
     assert document["failed"] == []
 
 
-def test_the_readme_library_example_plans_and_applies(
+def test_the_docs_library_example_plans_and_applies(
     lab: TestCluster, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    readme = (REPO / "README.md").read_text()
-    example = readme.split("A library user runs the same without argv:\n\n```python\n", 1)[1]
+    page = (REPO / "docs" / "architecture.md").read_text()
+    example = page.split("A library user runs the same without argv:\n\n```python\n", 1)[1]
     example = example.split("```", 1)[0]
     monkeypatch.chdir(workdir)
     monkeypatch.setenv("KUBECONFIG", str(lab.kubeconfig))
     namespace: dict[str, object] = {}
-    exec(compile(example, "README.md", "exec"), namespace)  # the example as a user runs it
+    exec(compile(example, "docs/architecture.md", "exec"), namespace)  # as a user runs it
     assert lab.labels("lab-node-1")["nvidia.com/gpu.count"] == "2"
     assert [(n, c.key) for n, c in namespace["result"].lines()] == [  # type: ignore[attr-defined]
         ("lab-node-1", "nvidia.com/gpu.count")

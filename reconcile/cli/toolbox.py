@@ -39,10 +39,11 @@ if TYPE_CHECKING:
 def placement_command(
     session: Session, output: Format, source: str, clusters: tuple[str, ...]
 ) -> int:
-    """Where every Pod and pod template in desired/workloads can land, against the labels the
-    cluster will have after apply: `<kind>/<namespace>/<name> <node>,<node>...` or
-    `<kind>/<namespace>/<name> PENDING <the scheduler's reason>`. Exit 1 if anything cannot
-    be placed in full."""
+    """Where every Pod and pod template in desired/workloads lands after apply, replica by
+    replica, each taking its requests (GPUs, MIG slices, DRA devices) out of a node's room:
+    `<kind>/<namespace>/<name> <placed>/<wanted> <node>,<node>...` or
+    `<kind>/<namespace>/<name> <placed>/<wanted> PENDING <n>: <the scheduler's reason>`.
+    Exit 1 if anything cannot be placed in full."""
     from reconcile.app.placing import place_on
     from reconcile.cli.fleets import per_cluster
     from reconcile.cli.views import View, view_for

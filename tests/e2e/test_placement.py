@@ -67,6 +67,8 @@ def test_placement_without_a_cluster_uses_desired_nodes(workdir: Path) -> None:
         "pending": 0,
         "reason": None,
         "someSchedules": False,
+        "evaluated": True,
+        "landed": {"lab-node-0": 1},
     }
 
 

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from reconcile.engine.results import ApplyResult
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report, Tag
-    from reconcile.gpu.rollout import RolloutDocument
+    from reconcile.gpu.rollout import BatchEntry, RolloutDocument
 
 T = TypeVar("T")
 
@@ -337,7 +337,7 @@ class TextView(View):
     def rollout_planned(self, rollout: RolloutDocument, marker: str) -> None:
         lines = [f"{node} done (already on {rollout.driver})" for node in rollout.alreadyDone]
         lines += [
-            f"batch {number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}"
+            f"batch {number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}{_room(b)}"
             for number, b in enumerate(rollout.batches, 1)
         ]
         self.out.write("".join(line + marker + "\n" for line in lines))
@@ -362,6 +362,18 @@ class TextView(View):
     def _watched(self, when: str, lines: Sequence[str]) -> None:
         self.out.writelines(f"{when} {line}\n" for line in lines)
         self.out.flush()
+
+
+def _room(batch: BatchEntry) -> str:
+    """` (12 nvidia.com/gpu free on the other nodes; no room for ns/pod, ...)`, or nothing
+    when the cluster has no GPU resource and every evicted pod finds room."""
+    parts = []
+    if batch.gpusFree:
+        free = ", ".join(f"{n} {name}" for name, n in batch.gpusFree.items())
+        parts.append(f"{free} free on the other nodes")
+    if batch.noRoom:
+        parts.append(f"no room for {', '.join(batch.noRoom)}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _coverage_line(coverage: Coverage) -> str:

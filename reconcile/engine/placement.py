@@ -10,6 +10,7 @@ after apply makes that loud at review time, with the scheduler's own words.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from reconcile import diagnostics as diag
@@ -31,7 +32,7 @@ from reconcile.engine.findings import Finding
 from reconcile.engine.grants import Rule
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
-from reconcile.kube.resources import PODS, requested, resources
+from reconcile.kube.resources import PODS, Resources, requested, resources
 from reconcile.kube.scheduler import (
     HOSTNAME,
     NodeView,
@@ -513,3 +514,65 @@ def placement(
     else:
         nodes = node_views(live, projected_labels(state, live), allocatable=allocatable)
     return place_all(workloads(state), nodes, running_pods(pods))
+
+
+@dataclass(frozen=True)
+class DrainRoom:
+    """What taking `batch` down leaves: the GPUs (any `nvidia.com/` resource) free on the
+    other schedulable nodes, and the evicted pods that would find no room there."""
+
+    batch: tuple[str, ...]
+    free: Mapping[str, int]
+    no_room: tuple[str, ...]
+
+
+GPU_RESOURCES: Final = "nvidia.com/"
+
+
+def drain_room(
+    live: Sequence[LiveNode],
+    batch: Iterable[str],
+    pod_items: Iterable[Mapping[str, Any]],
+    evicted: Iterable[str],
+) -> DrainRoom:
+    """The batch's nodes cordoned and the pods named in `evicted` (`Pod/<ns>/<name>`) gone
+    from them: what the others offer, and which evicted pods (their controllers make them
+    again, the same spec) would not be placed on them."""
+    down = frozenset(batch)
+    gone = frozenset(evicted)
+    views = [
+        replace(view, unschedulable=True) if view.name in down else view
+        for view in node_views(live)
+    ]
+    running = running_pods(pod_items)
+    staying = [pod for pod in running if pod.id not in gone]
+    used: dict[str, list[Resources]] = {}
+    for pod in staying:
+        used.setdefault(pod.node, []).append(pod.requests)
+    free: dict[str, int] = {}
+    for view in views:
+        if view.unschedulable or view.allocatable is None:
+            continue
+        holding = requested(used.get(view.name, ()))
+        for name, quantity in view.allocatable.items():
+            if name.startswith(GPU_RESOURCES):
+                free[name] = free.get(name, 0) + max(quantity - holding.get(name, 0), 0)
+    replacements = [
+        PodTemplate(
+            pod.id,
+            "Pod",
+            pod.namespace,
+            {k: v for k, v in pod.spec.items() if k != "nodeName"},
+            pod.labels,
+            1,
+            name=pod.name,
+        )
+        for pod in running
+        if pod.id in gone
+    ]
+    placed = place_all(replacements, views, staying)
+    return DrainRoom(
+        tuple(sorted(down)),
+        dict(sorted(free.items())),
+        tuple(r.template.id.removeprefix("Pod/") for r in placed if not r.ok),
+    )

@@ -24,15 +24,17 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import NotFound, ReconcileError
+from reconcile.engine import placement
+from reconcile.engine.placement import DrainRoom
 from reconcile.gpu import drivers
 from reconcile.gpu.upgrade import (
     DRAIN_REQUIRED,
@@ -82,6 +84,9 @@ class Batch:
     number: int
     nodes: tuple[str, ...]
     canary: bool = False
+    # What its nodes down leave the cluster (the GPUs free elsewhere, the evicted pods
+    # with no room there), as preflight finds it.
+    room: DrainRoom | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +125,10 @@ class _Document(BaseModel):
 class BatchEntry(_Document):
     nodes: tuple[str, ...]
     canary: bool
+    # With the batch down: each GPU resource free on the other schedulable nodes, and
+    # the evicted pods that would find no room there.
+    gpusFree: dict[str, int] = {}
+    noRoom: tuple[str, ...] = ()
 
 
 class FailedNode(_Document):
@@ -154,7 +163,15 @@ class RolloutDocument(_Document):
             driver=version,
             dryRun=dry_run,
             maxUnavailable=plan.limit,
-            batches=tuple(BatchEntry(nodes=b.nodes, canary=b.canary) for b in plan.batches),
+            batches=tuple(
+                BatchEntry(
+                    nodes=b.nodes,
+                    canary=b.canary,
+                    gpusFree=dict(b.room.free) if b.room else {},
+                    noRoom=b.room.no_room if b.room else (),
+                )
+                for b in plan.batches
+            ),
             alreadyDone=plan.done,
         )
 
@@ -334,10 +351,11 @@ class Rollout:
                 f"({', '.join(already)}), and --max-unavailable allows {limit}"
             )
         batches = self._batches([n.name for n in todo], min(request.max_parallel, limit))
-        problems += self._budget_problems(batches)
+        evictions = {b.number: self._batch_evictions(b, problems) for b in batches}
+        problems += self._budget_problems(batches, evictions)
         if problems:
             raise UpgradeRefused("; ".join(problems) + " (nothing was changed)")
-        return RolloutPlan(tuple(batches), tuple(done), limit, tags)
+        return RolloutPlan(tuple(self._rooms(batches, evictions)), tuple(done), limit, tags)
 
     def _batches(self, names: list[str], width: int) -> list[Batch]:
         canary = self.request.canary
@@ -350,22 +368,47 @@ class Rollout:
             batches.append(Batch(len(batches) + 1, tuple(names[start : start + width])))
         return batches
 
-    def _budget_problems(self, batches: Sequence[Batch]) -> list[str]:
+    def _batch_evictions(self, batch: Batch, problems: list[str]) -> list[PodToEvict]:
+        """The pods a drain of the batch's nodes evicts; a node that cannot be drained
+        adds its problem."""
+        evictions: list[PodToEvict] = []
+        for node in batch.nodes:
+            try:
+                evictions += pods_to_evict(
+                    self.cluster.pods_on(node),
+                    ignore_daemonsets=self.request.ignore_daemonsets,
+                    force=self.request.force,
+                )
+            except UpgradeRefused as e:
+                problems.append(f"{node}: {e}")
+        return evictions
+
+    def _rooms(
+        self, batches: Sequence[Batch], evictions: Mapping[int, Sequence[PodToEvict]]
+    ) -> list[Batch]:
+        """Each batch with what its nodes down leave: one read of the nodes and of the
+        pods on them for the whole rollout."""
+        live = self.cluster.list_nodes()
+        pods = self.cluster.pods_on_nodes([n.name for n in live])
+        return [
+            replace(
+                batch,
+                room=placement.drain_room(
+                    live, batch.nodes, pods, (p.id for p in evictions[batch.number])
+                ),
+            )
+            for batch in batches
+        ]
+
+    def _budget_problems(
+        self, batches: Sequence[Batch], evictions_of: Mapping[int, Sequence[PodToEvict]]
+    ) -> list[str]:
         """Each batch's evictions, all at once, against what the budgets allow at best:
         a budget short only until pods now starting are Ready is waited for, not refused."""
         problems: list[str] = []
         budgets: dict[str, list[dict[str, Any]]] = {}
         for batch in batches:
-            evictions: list[PodToEvict] = []
-            for node in batch.nodes:
-                try:
-                    evictions += pods_to_evict(
-                        self.cluster.pods_on(node),
-                        ignore_daemonsets=self.request.ignore_daemonsets,
-                        force=self.request.force,
-                    )
-                except UpgradeRefused as e:
-                    problems.append(f"{node}: {e}")
+            evictions = list(evictions_of[batch.number])
             for namespace in sorted({p.namespace for p in evictions} - budgets.keys()):
                 budgets[namespace] = self.cluster.budgets(namespace)
             subject = f"batch {batch.number} ({', '.join(batch.nodes)})"

@@ -712,3 +712,34 @@ def test_a_batch_whose_budget_does_not_recover_in_time_fails_without_being_cordo
     assert not failed["spec"].get("unschedulable")
     assert [p["metadata"]["name"] for p in _trainers(cluster) if p["spec"]["nodeName"] == "rp-1"]
     assert {n: cluster.node(n)["metadata"]["labels"] for n in ("rp-2", "rp-3")} == untouched
+
+
+def test_dry_run_says_per_batch_the_gpus_left_and_the_pods_with_no_room(
+    make_cluster: ClusterFactory, work: Path
+) -> None:
+    objects = _objects(budget=False)
+    for obj in objects:
+        if obj["kind"] == "Node":
+            gpus = {"nvidia.com/gpu": "4"} if obj["metadata"]["name"] in POOL else {}
+            obj["status"]["allocatable"] = {"cpu": "64", "pods": "110", **gpus}
+        if obj["kind"] == "Pod":
+            obj["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 3}}
+    cluster = make_cluster(objects)
+    if cluster.sandbox is None:
+        pytest.skip("the pool's pods are bound by hand: no scheduler or controllers to fight")
+    before = snapshot(cluster)
+    dry = upgrade(cluster, work, "--selector", SELECTOR, "--max-parallel", "2", "--dry-run")
+    assert dry.code == 0, dry.stderr
+    # Two nodes down: the other four have 1 GPU free each, and each evicted trainer needs 3.
+    assert dry.lines[0] == (
+        "batch 1: pool-0,pool-1 (4 nvidia.com/gpu free on the other nodes; no room for "
+        "train/trainer-0, train/trainer-1) (dry run)"
+    )
+    document = json.loads(
+        upgrade(
+            cluster, work, "--selector", SELECTOR, "--max-parallel", "2", "--dry-run", "-o", "json"
+        ).stdout
+    )
+    assert document["batches"][0]["gpusFree"] == {"nvidia.com/gpu": 4}
+    assert document["batches"][0]["noRoom"] == ["train/trainer-0", "train/trainer-1"]
+    assert snapshot(cluster) == before

@@ -390,8 +390,8 @@ def test_a_dry_runs_document_is_the_plan_with_its_keys_in_order() -> None:
             "dryRun": True,
             "maxUnavailable": 2,
             "batches": [
-                {"nodes": ["n2"], "canary": True},
-                {"nodes": ["n0", "n1"], "canary": False},
+                {"nodes": ["n2"], "canary": True, "gpusFree": {}, "noRoom": []},
+                {"nodes": ["n0", "n1"], "canary": False, "gpusFree": {}, "noRoom": []},
             ],
             "alreadyDone": ["n3"],
         },

@@ -42,7 +42,6 @@ from reconcile.kube.resources import (
 )
 from reconcile.kube.scheduler import (
     HOSTNAME,
-    REASON_AFFINITY,
     REASON_ANTI_AFFINITY,
     NodeView,
     filter_reason,
@@ -52,6 +51,9 @@ from reconcile.kube.scheduler import (
 from reconcile.kube.selector import SelectorError, from_label_selector
 
 NOT_EVALUATED: Final = "not evaluated"
+# A pod pinned to one node by its required affinity on metadata.name (a DaemonSet's):
+# NodeAffinity's PreFilter narrows the nodes, and the others say this.
+REASON_PINNED: Final = "node(s) didn't satisfy plugin(s) [NodeAffinity]"
 REASON_SPREAD: Final = "node(s) didn't match pod topology spread constraints"
 REASON_SPREAD_LABEL: Final = (
     "node(s) didn't match pod topology spread constraints (missing required label)"
@@ -121,6 +123,20 @@ def pod_template(manifest: Mapping[str, Any]) -> PodTemplate | None:
         group=group,
         name=name,
     )
+
+
+def with_overhead(
+    template: PodTemplate, runtime_classes: Mapping[str, Mapping[str, Any]]
+) -> PodTemplate:
+    """The template as the RuntimeClass admission plugin admits its pods: `spec.overhead`
+    set from the RuntimeClass it names (`overhead.podFixed`), when it sets none."""
+    name = template.spec.get("runtimeClassName")
+    if not name or "overhead" in template.spec:
+        return template
+    fixed = ((runtime_classes.get(str(name)) or {}).get("overhead") or {}).get("podFixed")
+    if not fixed:
+        return template
+    return replace(template, spec={**template.spec, "overhead": fixed})
 
 
 def workload_order(templates: Iterable[PodTemplate]) -> list[PodTemplate]:
@@ -551,6 +567,21 @@ class _Replicas:
             return tuple(n.view.name for n in fitting[0])
         return tuple(n.view.name for n in sorted((n for m in fitting for n in m), key=_at))
 
+    def _deallocated(self, eligible: Sequence[_Node]) -> bool:
+        """The DRA plugin's PostFilter: when no node fits, a claim of the pod allocated
+        for a node it cannot use, and reserved by no pod, is deallocated and the pod
+        tried again. Whether that freed anything."""
+        if self.claims is None:
+            return False
+        namespace = self.template.namespace or "default"
+        nodes = [(n.view.name, n.view.labels) for n in eligible]
+        _, after = dra.evaluate(self.pod, namespace, nodes, self.claims)
+        if after is self.claims:
+            return False
+        self.claims = after
+        self._devices.clear()
+        return True
+
     def place_one(self, node: _Node) -> None:
         node.take(self.request)
         if self.claims is not None:
@@ -608,6 +639,8 @@ class _Replicas:
         eligible = self.eligible()
         while placed < wanted:
             fits = [n for n in eligible if not self.why_not(n)]
+            if not fits and self.outcome is None and self._deallocated(eligible):
+                fits = [n for n in eligible if not self.why_not(n)]
             if not fits or self.outcome is not None:
                 break
             best = max(fits, key=lambda n: (n.score(self.request), [-ord(c) for c in n.view.name]))
@@ -720,7 +753,7 @@ def _placing(
         if stuck:
             reason = scheduler_message(
                 len(nodes),
-                [*shortfalls[stuck[0].key], *[REASON_AFFINITY] * (len(nodes) - 1)],
+                [*shortfalls[stuck[0].key], *[REASON_PINNED] * (len(nodes) - 1)],
             )
         landed = tuple(n.view.name for n in landing)
         return Placement(template, may, len(stuck), reason, len(should), landed=landed), replicas
@@ -731,7 +764,10 @@ def _placing(
     outcome = replicas.outcome
     evaluated = outcome is None or outcome.verdict is not dra.Verdict.NOT_EVALUATED
     reason = replicas.reason(pool)
-    return Placement(template, may, wanted - placed, reason, wanted, evaluated=evaluated), replicas
+    landed = tuple(replicas.landed)
+    return Placement(
+        template, may, wanted - placed, reason, wanted, evaluated=evaluated, landed=landed
+    ), replicas
 
 
 def _alone(
@@ -762,13 +798,16 @@ def place_all(
     pods: Sequence[RunningPod] = (),
     pool: Mapping[str, str] | None = None,
     claims: dra.Cluster | None = None,
+    runtime_classes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Placement]:
     """Every workload placed in turn, in the order given, each replica taking its share
     of a node before the next. `pods` run already (those of `templates` are replaced);
     `pool` names each node's group for the fragmentation words; `claims` is what the DRA
     plugin reads (slices, classes, claims, templates): without it a pod's resource claims
-    are not evaluated."""
+    are not evaluated; `runtime_classes` (name -> RuntimeClass) give a pod naming one its
+    overhead, as the RuntimeClass admission plugin does."""
     groups = pool or {}
+    templates = [with_overhead(t, runtime_classes or {}) for t in templates]
     start = _nodes(nodes, pods, templates)
     state = [n.copy() for n in start]
     filters = _Filters(nodes)

@@ -40,6 +40,8 @@ REASON_UNSCHEDULABLE: Final = "node(s) were unschedulable"
 REASON_AFFINITY: Final = "node(s) didn't match Pod's node affinity/selector"
 REASON_ANTI_AFFINITY: Final = "node(s) didn't match pod anti-affinity rules"
 REASON_NODE_NAME: Final = "node(s) didn't match the requested node name"
+# kube-scheduler v1.36 names no taint (tests/data/placement/taint-*.yaml, captured).
+REASON_TAINT: Final = "node(s) had untolerated taint(s)"
 
 
 @dataclass(frozen=True)
@@ -335,7 +337,7 @@ def filter_reason(
         return REASON_NODE_NAME
     taint = untolerated_taint(pod_spec, node)
     if taint is not None:
-        return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
+        return REASON_TAINT
     if not required_node_affinity_matches(pod_spec, node):
         return REASON_AFFINITY
     return None

@@ -247,7 +247,7 @@ def test_a_new_no_schedule_taint_that_strands_a_workload_is_an_error_finding(
     assert (
         "error: Pod/nfd-lab/a100-job: no node will take it after apply (1/1 placed before): "
         "0/3 nodes are "
-        "available: 1 node(s) had untolerated taint {dedicated: training}, 2 node(s) didn't "
+        "available: 1 node(s) had untolerated taint(s), 2 node(s) didn't "
         "match Pod's node affinity/selector."
     ) in plan.stderr
 

@@ -275,7 +275,7 @@ def test_a_daemonset_waits_only_on_the_nodes_without_room() -> None:
     result = place(template, nodes)
     assert placement_line(result) == (
         "DaemonSet/x/agent 2/3 PENDING 1: 0/3 nodes are available: 1 Insufficient cpu, "
-        "2 node(s) didn't match Pod's node affinity/selector."
+        "2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
     )
 
 

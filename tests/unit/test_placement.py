@@ -189,8 +189,7 @@ def test_pending_reason_is_the_schedulers_histogram() -> None:
     ]
     result = place(_pod(affinity=_affinity({"key": "gpu", "operator": "Exists"})), nodes)
     assert placement_line(result) == (
-        "Pod/ns/p 0/1 PENDING 1: 0/4 nodes are available: 1 node(s) had untolerated taint "
-        "{nvidia.com/gpu: present}, "
+        "Pod/ns/p 0/1 PENDING 1: 0/4 nodes are available: 1 node(s) had untolerated taint(s), "
         "1 node(s) were unschedulable, 2 node(s) didn't match Pod's node affinity/selector."
     )
 

@@ -30,6 +30,7 @@ from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact
 from reconcile.engine.findings import Finding
 from reconcile.engine.grants import Rule
+from reconcile.kube import dra
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import LiveNode
 from reconcile.kube.resources import PODS, Resources, requested, resources
@@ -500,6 +501,9 @@ def placement(
     live: Sequence[LiveNode] | None,
     pods: Iterable[Mapping[str, Any]] = (),
     allocatable: Allocatable = _as_is,
+    *,
+    claims: dra.Cluster | None = None,
+    runtime_classes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Placement]:
     """Where every workload of desired/ lands, replica by replica, and how many cannot:
     against the live nodes with desired/ laid over and the room `pods` leave them, or
@@ -513,7 +517,7 @@ def placement(
         nodes = node_views([], declared)
     else:
         nodes = node_views(live, projected_labels(state, live), allocatable=allocatable)
-    return place_all(workloads(state), nodes, running_pods(pods))
+    return place_all(workloads(state), nodes, running_pods(pods), None, claims, runtime_classes)
 
 
 @dataclass(frozen=True)

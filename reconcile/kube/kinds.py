@@ -51,6 +51,7 @@ BUILTIN_NAMESPACED: Final[dict[tuple[str, str], bool]] = {
     ("coordination.k8s.io/v1", "Lease"): True,
     ("discovery.k8s.io/v1", "EndpointSlice"): True,
     ("resource.k8s.io/v1", "DeviceClass"): False,
+    ("resource.k8s.io/v1", "ResourceSlice"): False,
     ("resource.k8s.io/v1", "ResourceClaim"): True,
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): True,
 }

@@ -251,6 +251,19 @@ RESOURCES: Final[tuple[Resource, ...]] = (
         sub=("status",),
         categories=("api-extensions",),
     ),
+    # Dynamic Resource Allocation, what `placement` reads of it (GA in 1.34).
+    _r(
+        "resource.k8s.io",
+        "v1",
+        "resourceslices",
+        "ResourceSlice",
+        False,
+        fields=("spec.driver", "spec.nodeName"),
+    ),
+    _r("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    _r("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, sub=("status",)),
+    _r("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    _r("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False, generation=False),
     _r(
         "coordination.k8s.io",
         "v1",

@@ -148,3 +148,82 @@ def test_a_custom_mig_parted_config_in_desired_gives_its_layouts(
     assert (
         "MIG layout all-1g.5gb is not in ConfigMap gpu-operator/custom-mig-config" in result.stderr
     )
+
+
+DRA_WORKLOAD = """---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: gpu.nvidia.com
+spec:
+  selectors:
+  - cel:
+      expression: device.driver == 'gpu.nvidia.com'
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: one-a100
+  namespace: nfd-lab
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+          selectors:
+          - cel:
+              expression: device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: inference
+  namespace: nfd-lab
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: inference}
+  template:
+    metadata:
+      labels: {app: inference}
+    spec:
+      resourceClaims:
+      - {name: gpu, resourceClaimTemplateName: one-a100}
+      containers:
+      - name: server
+        image: nvcr.io/nvidia/tritonserver:24.07-py3
+        resources:
+          claims: [{name: gpu}]
+"""
+
+
+def test_dra_claims_are_placed_against_the_clusters_resource_slices(
+    lab: TestCluster, workdir: Path
+) -> None:
+    devices = [
+        {"name": f"gpu-{i}", "capacity": {"memory": {"value": memory}}}
+        for i, memory in enumerate(("40Gi", "40Gi", "20Gi"))
+    ]
+    lab.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "lab-node-0-gpus"},
+            "spec": {
+                "driver": "gpu.nvidia.com",
+                "pool": {"name": "lab-node-0", "generation": 1, "resourceSliceCount": 1},
+                "nodeName": "lab-node-0",
+                "devices": devices,
+            },
+        }
+    )
+    _add(workdir, DRA_WORKLOAD)
+    placement = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
+    # Two devices of 40Gi on lab-node-0: each replica's claim takes one; the third finds
+    # only the 20Gi device, which the request's selector refuses.
+    assert (
+        "Deployment/nfd-lab/inference 2/3 PENDING 1: 0/3 nodes are available: 3 cannot "
+        "allocate all claims."
+    ) in placement.lines

@@ -85,9 +85,10 @@ def test_the_simulation_decides_as_the_real_scheduler(path: Path) -> None:
     if expected.get("wanted") is None:
         pytest.skip("no outcome captured from the real scheduler yet")
     result = _placed(scenario)
-    if not result.evaluated:
-        assert "not evaluated" in str(result.reason)
-        pytest.skip(f"the scheduler uses what is not modelled: {result.reason}")
+    if not result.evaluated:  # the scheduler uses what is not modelled: said, not guessed
+        assert str(result.reason).startswith("not evaluated: ")
+        assert result.placed < expected["wanted"] or expected["placed"] == expected["wanted"]
+        return
     if expected.get("message") == "":  # held back before scheduling: no condition at all
         assert (result.placed, str(result.reason).startswith("held back")) == (0, True)
         return

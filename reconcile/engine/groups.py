@@ -38,6 +38,17 @@ def compiled(groups: Iterable[DesiredGroup]) -> list[tuple[DesiredGroup, Selecto
     return [(g, from_label_selector(g.selector.model_dump())) for g in groups]
 
 
+def pools(groups: Iterable[DesiredGroup], nodes: Iterable[LiveNode]) -> dict[str, str]:
+    """node -> the NodeGroup it is in, for the nodes exactly one group selects."""
+    selectors = compiled(groups)
+    found: dict[str, str] = {}
+    for node in nodes:
+        members = [g.name for g, s in selectors if s.matches(node.labels)]
+        if len(members) == 1:
+            found[node.name] = members[0]
+    return found
+
+
 def node_facts(
     desired: DesiredState,
     live: LiveNode,

@@ -16,6 +16,7 @@ from typing import Any, Final
 from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Diagnostic, Severity
+from reconcile.engine import groups
 from reconcile.engine.capacity import (
     Placement,
     PodTemplate,
@@ -491,6 +492,7 @@ def impact_check(projection: Projection) -> list[Finding]:
             after,
             unchanged=frozenset(t.identity for t in templates if t.identity not in touched),
             pods=pods,
+            pool=groups.pools(state.groups, projection.live) if state.groups else None,
         ),
         *evictions(before, after, pods, allowed=projection.allow_evictions),
     ]
@@ -517,7 +519,8 @@ def placement(
         nodes = node_views([], declared)
     else:
         nodes = node_views(live, projected_labels(state, live), allocatable=allocatable)
-    return place_all(workloads(state), nodes, running_pods(pods), None, claims, runtime_classes)
+    pool = groups.pools(state.groups, live) if live is not None else None
+    return place_all(workloads(state), nodes, running_pods(pods), pool, claims, runtime_classes)
 
 
 @dataclass(frozen=True)

@@ -355,3 +355,47 @@ def test_a_node_whose_room_shrinks_under_its_running_pods_blocks_apply() -> None
         "its running pods request 2 nvidia.com/gpu (it will offer 0, 8 now) after apply: ml/job "
         "lose what they run on"
     )
+
+
+def test_fragmentation_names_the_node_group_the_nodes_are_in() -> None:
+    from reconcile.desired.models import DesiredGroup, DesiredNode, LabelSelector
+    from reconcile.engine.placement import placement
+    from reconcile.kube.objects import LiveNode
+
+    group = DesiredGroup(
+        "a100",
+        LabelSelector(matchLabels={"pool": "a100"}),
+        DesiredNode("a100", {}, Source("desired/groups/a100.yaml", 1, 1)),
+    )
+    training = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "llama", "namespace": "ml"},
+        "spec": {
+            "parallelism": 1,
+            "template": {
+                "spec": {
+                    "nodeSelector": {"pool": "a100"},
+                    "containers": [_container(limits={"nvidia.com/gpu": 8})],
+                }
+            },
+        },
+    }
+    live = [
+        LiveNode(n, "1", {"pool": "a100"}, allocatable={"pods": "110", "nvidia.com/gpu": "8"})
+        for n in ("a", "b", "c")
+    ]
+    busy = [
+        {
+            "metadata": {"name": f"p-{n}", "namespace": "x"},
+            "spec": {"nodeName": n, "containers": [_container(limits={"nvidia.com/gpu": 3})]},
+        }
+        for n in ("a", "b", "c")
+    ]
+    state = DesiredState(
+        groups=(group,), manifests=(Manifest(training, Source("desired/workloads/j.yaml", 1, 1)),)
+    )
+    [result] = placement(state, live, busy)
+    assert str(result.reason).endswith(
+        "(15 nvidia.com/gpu free in pool a100, at most 5 on one node)"
+    )

@@ -38,6 +38,7 @@ class AppliedChange(_Document):
     owner: str | None
     fact: Fact
     source: str | None
+    rollout: bool = False
 
 
 class FailedNode(_Document):

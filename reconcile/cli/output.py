@@ -54,12 +54,12 @@ def node_line(
 ) -> str:
     line = f"{node} {change.shown_key} {change.shown_value}"
     if wide:  # `<node> <key> <value> <live> <owner>`
-        return f"{line} {shown_value(change.before)} {change.owner or 'unknown'}"
-    if show_owner:
+        line = f"{line} {shown_value(change.before)} {change.owner or 'unknown'}"
+    elif show_owner:
         line += f" {change.owner or 'unknown'}"
         if change.source:
             line += f" {change.source}"
-    return line
+    return line + (" (rollout)" if change.rollout else "")
 
 
 def object_lines(obj: ObjectPlan, *, wide: bool = False) -> list[str]:

@@ -808,6 +808,16 @@ def _plan_body(plan: Plan) -> str:
             f"{_md_value(change.after)} | {_md(change.owner or '')} |\n"
             for node, change in changes
         ]
+    rollouts = [(node, change) for node, change in changes if change.rollout]
+    if rollouts:
+        parts.append(
+            "\n**Rollouts:** these facts make an operator act on the node's GPUs; written "
+            "only where no pod uses a GPU\n\n"
+        )
+        parts += [
+            f"- {_code(f'{node} {change.shown_key} {change.shown_value}', cell=False)}\n"
+            for node, change in rollouts
+        ]
     if plan.objects:
         parts.append("\n| Object | Field | Live | Desired |\n| --- | --- | --- | --- |\n")
         for obj in plan.objects:

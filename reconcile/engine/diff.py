@@ -40,6 +40,9 @@ class NodeChange(BaseModel):
     fact: Fact = Fact.LABEL
     # The desired/ file and position that declares it (a node's file or a NodeGroup's).
     source: str | None = None
+    # Writing it makes an operator disrupt the node's workloads (a MIG layout): it is
+    # rolled out, never written under running pods that use what it changes.
+    rollout: bool = False
 
     @property
     def path(self) -> tuple[str, ...]:

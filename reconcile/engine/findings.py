@@ -64,6 +64,10 @@ class NodePolicy(Protocol):
         repartitions its GPUs)."""
         ...
 
+    def disruptive(self, key: str) -> bool:
+        """Whether writing label `key` makes an operator disrupt the node's workloads."""
+        ...
+
 
 class NoPolicy:
     """No domain knowledge: no owners, nothing refused."""
@@ -76,6 +80,9 @@ class NoPolicy:
 
     def allocatable(self, live: LiveNode, labels: Mapping[str, str]) -> Mapping[str, str]:
         return live.allocatable
+
+    def disruptive(self, key: str) -> bool:
+        return False
 
 
 # The policy of a plan made without domain knowledge.

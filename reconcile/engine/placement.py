@@ -196,6 +196,7 @@ def impact(
     unchanged: frozenset[ObjectId],
     pods: Sequence[RunningPod] = (),
     pool: Mapping[str, str] | None = None,
+    rolled_out: frozenset[str] = frozenset(),
 ) -> list[Finding]:
     """What the change does to placement and room.
 
@@ -208,7 +209,8 @@ def impact(
     - warning: a running pod whose node will stop matching its required affinity. It
       keeps running (IgnoredDuringExecution), but once it restarts it has nowhere to go;
     - error that blocks apply: a node whose room shrinks below what its running pods
-      hold (a MIG layout that takes away the GPUs they use).
+      hold (a MIG layout that takes away the GPUs they use), unless the change is
+      `rolled_out` there (the domain's own finding says what to do then).
     """
     found: list[Finding] = []
     templates = workloads(state)
@@ -261,7 +263,7 @@ def impact(
             )
         )
     found.extend(_affinity_lost(before, after, pods))
-    found.extend(_overcommitted(before, after, pods))
+    found.extend(_overcommitted(before, after, [p for p in pods if p.node not in rolled_out]))
     return found
 
 
@@ -338,7 +340,7 @@ def _overcommitted(
                 kind="capacity-stranded",
                 subject=node.name,
                 message=f"its running pods request {shown} after apply: {names} lose what they run on; "
-                "drain the node first (reconcile rollout) or change it when they are gone",
+                "drain the node first, or change it when they are gone",
                 blocksApply=True,
             )
         )
@@ -493,6 +495,9 @@ def impact_check(projection: Projection) -> list[Finding]:
             unchanged=frozenset(t.identity for t in templates if t.identity not in touched),
             pods=pods,
             pool=groups.pools(state.groups, projection.live) if state.groups else None,
+            rolled_out=frozenset(
+                n.name for n in projection.nodes if any(c.rollout for c in n.changes)
+            ),
         ),
         *evictions(before, after, pods, allowed=projection.allow_evictions),
     ]

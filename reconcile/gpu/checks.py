@@ -12,12 +12,13 @@ from reconcile import diagnostics as diag
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.engine import operations
+from reconcile.engine.capacity import running_pods
 from reconcile.engine.checks import Check, Projection
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.findings import Finding, overlay
 from reconcile.engine.operations import ENGINE_CHECKS, PlanCluster, PlanRequest
 from reconcile.engine.plan import Plan
-from reconcile.gpu import drivers, mig, provenance
+from reconcile.gpu import disruptive, drivers, mig, provenance
 from reconcile.kube.objects import LiveNode
 
 
@@ -49,6 +50,9 @@ class GpuPolicy:
         if projected is None or isinstance(projected, mig.MigProblem):
             return live.allocatable
         return projected.allocatable
+
+    def disruptive(self, key: str) -> bool:
+        return disruptive.fact_for(key) is not None
 
     def unsupported_image(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         """The image tag these changes would move a GPU node onto, if the matrix lacks it."""
@@ -98,6 +102,41 @@ def mig_layouts(projection: Projection) -> Iterable[Finding]:
             )
 
 
+def busy_rollouts(projection: Projection) -> Iterable[Finding]:
+    """A disruptive fact (a MIG layout, an operand, the device plugin's config) planned on
+    a node where pods use GPUs: the operator would act under them, so apply refuses it
+    until the node is drained (NVIDIA/gpu-operator#262: cordon, wait for the GPU pods to
+    go, label, wait for the state, uncordon)."""
+    planned = [n for n in projection.nodes if any(c.rollout for c in n.changes)]
+    if not planned:
+        return
+    on_node: dict[str, list[str]] = {}
+    for pod in running_pods(projection.pods):
+        if disruptive.uses_gpu(pod.spec):
+            on_node.setdefault(pod.node, []).append(pod.id.removeprefix("Pod/"))
+    for node in planned:
+        users = sorted(on_node.get(node.name, ()))
+        if not users:
+            continue
+        changes = [c for c in node.changes if c.rollout]
+        facts = [disruptive.fact_for(c.key) for c in changes]
+        shown = ", ".join(f"{c.key}={c.shown_value}" for c in changes)
+        named = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
+        state = next((f.state for f in facts if f is not None and f.state), None)
+        then = f", wait for {state.label}={state.done[0]}" if state else ""
+        yield Finding(
+            severity=Severity.ERROR,
+            kind="rollout-required",
+            subject=node.name,
+            message=(
+                f"{shown} on a node where {len(users)} pod(s) use GPUs ({named}): "
+                f"{facts[0].disrupts if facts[0] else 'it disrupts them'}. Drain it first "
+                f"(kubectl drain {node.name} --ignore-daemonsets), apply{then}, then uncordon it"
+            ),
+            blocksApply=True,
+        )
+
+
 def driver_coverage(projection: Projection) -> Iterable[Finding]:
     """GPU nodes whose driver image, after apply, is not in the support matrix."""
     desired = projection.desired
@@ -123,7 +162,12 @@ def driver_coverage(projection: Projection) -> Iterable[Finding]:
             )
 
 
-GPU_CHECKS: tuple[Check, ...] = (driver_coverage, mig_layouts, provenance.label_fights)
+GPU_CHECKS: tuple[Check, ...] = (
+    driver_coverage,
+    mig_layouts,
+    busy_rollouts,
+    provenance.label_fights,
+)
 # Everything a plan of a GPU cluster runs: the engine's checks and the GPU domain's.
 ALL_CHECKS: tuple[Check, ...] = (*ENGINE_CHECKS, *GPU_CHECKS)
 

@@ -4,6 +4,7 @@ node's GPU does not have, and says which workloads and running pods lose their G
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.support import TestCluster, run_cli
@@ -75,7 +76,9 @@ def test_a_new_layout_projects_the_room_workloads_find(lab: TestCluster, workdir
     ) in plan.stderr
 
 
-def test_a_new_layout_under_running_gpu_pods_blocks_apply(lab: TestCluster, workdir: Path) -> None:
+def test_a_new_layout_under_running_gpu_pods_is_a_rollout_and_blocks_apply(
+    lab: TestCluster, workdir: Path
+) -> None:
     lab.create(
         {
             "apiVersion": "v1",
@@ -95,10 +98,20 @@ def test_a_new_layout_under_running_gpu_pods_blocks_apply(lab: TestCluster, work
     )
     _layout(workdir, "all-1g.5gb")
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    # The layout is marked a rollout, and refused under a pod that uses a GPU.
+    assert "lab-node-0 nvidia.com/mig.config all-1g.5gb (rollout)" in plan.lines
     assert (
-        "error: lab-node-0: its running pods request 2 nvidia.com/gpu (it will offer 0, 4 now) "
-        "after apply: nfd-lab/busy lose what they run on"
+        "error: lab-node-0: nvidia.com/mig.config=all-1g.5gb on a node where 1 pod(s) use GPUs "
+        "(nfd-lab/busy): mig-manager stops the GPU operands and repartitions every GPU of the "
+        "node: the pods using them lose their devices. Drain it first (kubectl drain "
+        "lab-node-0 --ignore-daemonsets), apply, wait for nvidia.com/mig.config.state=success, "
+        "then uncordon it"
     ) in plan.stderr
+    document = json.loads(
+        run_cli("plan", "-o", "json", cwd=workdir, kubeconfig=lab.kubeconfig).stdout
+    )
+    [node] = [n for n in document["nodes"] if n["name"] == "lab-node-0"]
+    assert [c["key"] for c in node["changes"] if c["rollout"]] == ["nvidia.com/mig.config"]
     before = lab.labels("lab-node-0")
     applied = run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert applied.code == 2
@@ -227,3 +240,15 @@ def test_dra_claims_are_placed_against_the_clusters_resource_slices(
         "Deployment/nfd-lab/inference 2/3 PENDING 1: 0/3 nodes are available: 3 cannot "
         "allocate all claims."
     ) in placement.lines
+
+
+def test_a_layout_on_a_node_no_gpu_pod_uses_is_written_and_marked(
+    lab: TestCluster, workdir: Path
+) -> None:
+    _layout(workdir, "all-1g.5gb")
+    markdown = run_cli("plan", "-o", "markdown", cwd=workdir, kubeconfig=lab.kubeconfig).stdout
+    assert "- `lab-node-0 nvidia.com/mig.config all-1g.5gb`" in markdown.split("**Rollouts:**")[1]
+    applied = run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert applied.code == 0, applied.stderr
+    assert "lab-node-0 nvidia.com/mig.config all-1g.5gb (rollout)" in applied.lines
+    assert lab.labels("lab-node-0")["nvidia.com/mig.config"] == "all-1g.5gb"

@@ -100,7 +100,13 @@ def plan_node(
             continue
         if rule.fact is Fact.LABEL:  # who writes it: the node policy's knowledge of labels
             drift = [
-                c.model_copy(update={"owner": policy.owner(live, c.key, owned)}) for c in drift
+                c.model_copy(
+                    update={
+                        "owner": policy.owner(live, c.key, owned),
+                        "rollout": policy.disruptive(c.key),
+                    }
+                )
+                for c in drift
             ]
         changes.extend(
             c.model_copy(update={"source": str(desired.source_of(c.shown_key))})

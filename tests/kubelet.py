@@ -6,9 +6,10 @@ Lease or runs its pods, so on kind or any cluster without a stand-in it stays No
 Pending. `NodeStandIn` does for the nodes it is given what their kubelet would: a Ready
 condition and capacity through the status subresource, the node's Lease in
 kube-node-lease (renewed, so that a node lifecycle controller never finds it silent), the
-not-ready taint removed; pods bound to them Running and Ready, and a pod being deleted
-gone (the kubelet confirms a graceful deletion). Nodes annotated
-`reconcile.test/kubelet=none` are left as they are, as by the control plane's stand-in.
+not-ready taint removed; pods bound to them Running and Ready (one that has Succeeded or
+Failed stays so), and a pod being deleted gone (the kubelet confirms a graceful deletion).
+Nodes annotated `reconcile.test/kubelet=none` are left as they are, as by the control
+plane's stand-in.
 """
 
 from __future__ import annotations
@@ -197,8 +198,8 @@ class NodeStandIn:
                 }
                 self.raw("DELETE", path, now)  # 404/409: gone or replaced already
                 continue
-            if (pod.get("status") or {}).get("phase") == "Running":
-                continue
+            if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+                continue  # running already, or finished: a kubelet never starts it again
             started = _now()
             status = {
                 "phase": "Running",

@@ -60,14 +60,26 @@ class NodeStandIn:
 
     def register(self, node: dict[str, Any]) -> None:
         """Take `node` (as the API server returned it) over: Ready, with its Lease."""
-        name = node["metadata"]["name"]
         if (node["metadata"].get("annotations") or {}).get("reconcile.test/kubelet") == "none":
             return
+        self.adopt(node)
+
+    def adopt(self, node: dict[str, Any]) -> None:
+        """Take `node` over whatever its annotations say. Annotated
+        `reconcile.test/kubelet=none`, it is left alone by the control plane's own stand-in
+        (which would start its finished pods again) and kept by this one alone."""
+        name = node["metadata"]["name"]
         with self._lock:
             self.nodes[name] = 0.0
         self._status(node)
         self._lease(node)
         self._untaint(node)
+
+    def forget(self, name: str) -> None:
+        """Stop standing in for node `name`, which is going: a node of that name made later
+        is another node, taken over when it is registered, not before."""
+        with self._lock:
+            self.nodes.pop(name, None)
 
     def _status(self, node: dict[str, Any]) -> None:
         """The kubelet's status update: Ready now, and a capacity where the node has none."""
@@ -221,7 +233,10 @@ class NodeStandIn:
                     for container in pod["spec"].get("containers") or ()
                 ],
             }
-            self.raw("PATCH", f"{path}/status", {"status": status}, MERGE)  # 404: gone since
+            # On the version read: a pod that moved since (finished, say) is left for the
+            # next round, not made Running over its new phase (409; 404: gone since).
+            read = {"resourceVersion": metadata["resourceVersion"]}
+            self.raw("PATCH", f"{path}/status", {"metadata": read, "status": status}, MERGE)
 
     def start(self) -> None:
         if self._thread is None:

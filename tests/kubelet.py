@@ -6,9 +6,10 @@ Lease or runs its pods, so on kind or any cluster without a stand-in it stays No
 Pending. `NodeStandIn` does for the nodes it is given what their kubelet would: a Ready
 condition and capacity through the status subresource, the node's Lease in
 kube-node-lease (renewed, so that a node lifecycle controller never finds it silent), the
-not-ready taint removed; pods bound to them Running and Ready, and a pod being deleted
-gone (the kubelet confirms a graceful deletion). Nodes annotated
-`reconcile.test/kubelet=none` are left as they are, as by the control plane's stand-in.
+not-ready taint removed; pods bound to them Running and Ready (one that has Succeeded or
+Failed stays so), and a pod being deleted gone (the kubelet confirms a graceful deletion).
+Nodes annotated `reconcile.test/kubelet=none` are left as they are, as by the control
+plane's stand-in.
 """
 
 from __future__ import annotations
@@ -59,14 +60,26 @@ class NodeStandIn:
 
     def register(self, node: dict[str, Any]) -> None:
         """Take `node` (as the API server returned it) over: Ready, with its Lease."""
-        name = node["metadata"]["name"]
         if (node["metadata"].get("annotations") or {}).get("reconcile.test/kubelet") == "none":
             return
+        self.adopt(node)
+
+    def adopt(self, node: dict[str, Any]) -> None:
+        """Take `node` over whatever its annotations say. Annotated
+        `reconcile.test/kubelet=none`, it is left alone by the control plane's own stand-in
+        (which would start its finished pods again) and kept by this one alone."""
+        name = node["metadata"]["name"]
         with self._lock:
             self.nodes[name] = 0.0
         self._status(node)
         self._lease(node)
         self._untaint(node)
+
+    def forget(self, name: str) -> None:
+        """Stop standing in for node `name`, which is going: a node of that name made later
+        is another node, taken over when it is registered, not before."""
+        with self._lock:
+            self.nodes.pop(name, None)
 
     def _status(self, node: dict[str, Any]) -> None:
         """The kubelet's status update: Ready now, and a capacity where the node has none."""
@@ -197,8 +210,8 @@ class NodeStandIn:
                 }
                 self.raw("DELETE", path, now)  # 404/409: gone or replaced already
                 continue
-            if (pod.get("status") or {}).get("phase") == "Running":
-                continue
+            if (pod.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+                continue  # running already, or finished: a kubelet never starts it again
             started = _now()
             status = {
                 "phase": "Running",
@@ -220,7 +233,10 @@ class NodeStandIn:
                     for container in pod["spec"].get("containers") or ()
                 ],
             }
-            self.raw("PATCH", f"{path}/status", {"status": status}, MERGE)  # 404: gone since
+            # On the version read: a pod that moved since (finished, say) is left for the
+            # next round, not made Running over its new phase (409; 404: gone since).
+            read = {"resourceVersion": metadata["resourceVersion"]}
+            self.raw("PATCH", f"{path}/status", {"metadata": read, "status": status}, MERGE)
 
     def start(self) -> None:
         if self._thread is None:

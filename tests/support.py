@@ -434,6 +434,9 @@ SEEDED = "reconcile.test/seeded"
 # What a fresh cluster has: everything else a test made goes in `reset`.
 SYSTEM_NAMESPACES = frozenset({"default", "kube-node-lease", "kube-public", "kube-system"})
 _CLUSTER_KINDS = (
+    # What placement tests publish as a DRA driver would, and the classes they declare.
+    "/apis/resource.k8s.io/v1/resourceslices",
+    "/apis/resource.k8s.io/v1/deviceclasses",
     "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
     # Last: a CRD goes with its custom resources (its finalizer deletes them first).

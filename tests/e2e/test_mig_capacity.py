@@ -232,8 +232,11 @@ def test_dra_claims_are_placed_against_the_clusters_resource_slices(
             },
         }
     )
-    _add(workdir, DRA_WORKLOAD)
-    placement = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
+    try:
+        _add(workdir, DRA_WORKLOAD)
+        placement = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
+    finally:  # cluster-scoped: no namespace of the test takes it away
+        lab.raw("DELETE", "/apis/resource.k8s.io/v1/resourceslices/lab-node-0-gpus")
     # Two devices of 40Gi on lab-node-0: each replica's claim takes one; the third finds
     # only the 20Gi device, which the request's selector refuses.
     assert (

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_fleet import PAIRS, Raw, node_labels, paired, reconcile
+from bench_fleet import PAIRS, Raw, paired, reconcile, seed_nodes
 
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Source
@@ -43,23 +43,13 @@ raw.list_all("/api/v1/pods")
 
 
 def nodes(total: int) -> list[dict[str, Any]]:
+    """bench_fleet's GPU nodes, each in one of the pools and with what it offers."""
     allocatable = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": f"gpu-{i:05d}",
-                "labels": {**node_labels(i, 12), "example.com/pool": f"pool-{i % POOLS}"},
-            },
-            "status": {
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "capacity": allocatable,
-                "allocatable": allocatable,
-            },
-        }
-        for i in range(total)
-    ]
+    found = seed_nodes(total, 12)
+    for i, node in enumerate(found):
+        node["metadata"]["labels"]["example.com/pool"] = f"pool-{i % POOLS}"
+        node["status"].update(capacity=allocatable, allocatable=allocatable)
+    return found
 
 
 def pods(total_nodes: int, per_node: int) -> list[dict[str, Any]]:

@@ -42,6 +42,16 @@ class Finding(BaseModel):
         return self.severity is Severity.NOTE
 
 
+# How many pods (or other subjects) a finding names before "and N more".
+NAMED_AT_MOST = 5
+
+
+def named(names: Sequence[str], most: int = NAMED_AT_MOST) -> str:
+    """`a, b, c` or, past `most`, `a, b, c, d, e and 3 more`."""
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def blocking(findings: Iterable[Finding]) -> list[Finding]:
     """The findings that stop `apply` before its first write."""
     return [f for f in findings if f.blocksApply]

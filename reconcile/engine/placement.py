@@ -29,7 +29,7 @@ from reconcile.engine.capacity import (
 from reconcile.engine.checks import Projection, projected_labels
 from reconcile.engine.diff import NodeChange
 from reconcile.engine.facts import Fact
-from reconcile.engine.findings import Finding
+from reconcile.engine.findings import Finding, named
 from reconcile.engine.grants import Rule
 from reconcile.kube import dra
 from reconcile.kube.kinds import ObjectId
@@ -331,9 +331,7 @@ def _overcommitted(
             for pod in on_node
             if any(pod.requests.get(n) for n in short)
         )
-        names = ", ".join(holders[:EVICTIONS_SHOWN]) + (
-            f" and {len(holders) - EVICTIONS_SHOWN} more" if len(holders) > EVICTIONS_SHOWN else ""
-        )
+        names = named(holders)
         found.append(
             Finding(
                 severity=Severity.ERROR,
@@ -345,10 +343,6 @@ def _overcommitted(
             )
         )
     return found
-
-
-# How many pods an eviction finding names before "and N more".
-EVICTIONS_SHOWN = 5
 
 
 def _shown_taint(taint: Mapping[str, Any]) -> str:
@@ -406,9 +400,7 @@ def _eviction(
         pod.id.removeprefix("Pod/") + (f" (after {delay}s)" if delay else "")
         for pod, delay in evicted
     ]
-    shown = ", ".join(names[:EVICTIONS_SHOWN])
-    if len(names) > EVICTIONS_SHOWN:
-        shown += f" and {len(names) - EVICTIONS_SHOWN} more"
+    shown = named(names)
     which = "that do not tolerate it"
     if any(delay for _, delay in evicted):
         which += " (or only for their tolerationSeconds)"

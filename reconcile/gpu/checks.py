@@ -15,7 +15,7 @@ from reconcile.engine import operations
 from reconcile.engine.capacity import running_pods
 from reconcile.engine.checks import Check, Projection
 from reconcile.engine.diff import NodeChange
-from reconcile.engine.findings import Finding, overlay
+from reconcile.engine.findings import Finding, named, overlay
 from reconcile.engine.operations import ENGINE_CHECKS, PlanCluster, PlanRequest
 from reconcile.engine.plan import Plan
 from reconcile.gpu import disruptive, drivers, mig, provenance
@@ -121,7 +121,6 @@ def busy_rollouts(projection: Projection) -> Iterable[Finding]:
         changes = [c for c in node.changes if c.rollout]
         facts = [disruptive.fact_for(c.key) for c in changes]
         shown = ", ".join(f"{c.key}={c.shown_value}" for c in changes)
-        named = ", ".join(users[:5]) + (f" and {len(users) - 5} more" if len(users) > 5 else "")
         state = next((f.state for f in facts if f is not None and f.state), None)
         then = f", wait for {state.label}={state.done[0]}" if state else ""
         yield Finding(
@@ -129,7 +128,7 @@ def busy_rollouts(projection: Projection) -> Iterable[Finding]:
             kind="rollout-required",
             subject=node.name,
             message=(
-                f"{shown} on a node where {len(users)} pod(s) use GPUs ({named}): "
+                f"{shown} on a node where {len(users)} pod(s) use GPUs ({named(users)}): "
                 f"{facts[0].disrupts if facts[0] else 'it disrupts them'}. Drain it first "
                 f"(kubectl drain {node.name} --ignore-daemonsets), apply{then}, then uncordon it"
             ),

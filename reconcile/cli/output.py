@@ -81,12 +81,13 @@ def placement_line(result: Placement) -> str:
     """`<workload> <placed>/<wanted> <node>,<node>...` where every replica has a place,
     else `<workload> <placed>/<wanted> PENDING <how many>: <the scheduler's reason>`."""
     head = f"{result.template.id} {result.placed}/{result.wanted}"
+    if not result.evaluated:
+        return f"{head} NOT EVALUATED: {result.reason}"
     if result.ok:
         return f"{head} {','.join(result.nodes)}"
     schedules = " (fits on some schedules)" if result.some_schedules else ""
     count = f" {result.pending}" if result.wanted else ""
-    state = "PENDING" if result.evaluated else "NOT EVALUATED"
-    return f"{head} {state}{count}{schedules}: {result.reason}"
+    return f"{head} PENDING{count}{schedules}: {result.reason}"
 
 
 def name_first(cluster: str) -> str:

@@ -422,6 +422,44 @@ def _anti_affinity_key(template: PodTemplate) -> str | None:
     return None
 
 
+# What a topology spread constraint may say that is not modelled here.
+_SPREAD_UNMODELLED: Final = {
+    "minDomains": "minDomains",
+    "matchLabelKeys": "matchLabelKeys",
+    "nodeTaintsPolicy": "nodeTaintsPolicy",
+    "nodeAffinityPolicy": "nodeAffinityPolicy",
+}
+
+
+def unmodelled(template: PodTemplate) -> list[str]:
+    """What the scheduler would use for this pod that the simulation does not model: its
+    outcome is then said to be not evaluated, never guessed."""
+    spec = template.spec
+    found = []
+    if spec.get("schedulingGates"):
+        found.append("scheduling gates (its pods wait until they are removed)")
+    affinity = spec.get("affinity") or {}
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    if (affinity.get("podAffinity") or {}).get(required):
+        found.append("required pod affinity")
+    anti = (affinity.get("podAntiAffinity") or {}).get(required) or ()
+    own = _anti_affinity_key(template)
+    if len(anti) > (1 if own is not None else 0):
+        found.append("required pod anti-affinity against other pods")
+    for constraint in spec.get("topologySpreadConstraints") or ():
+        if constraint.get("whenUnsatisfiable", "DoNotSchedule") != "DoNotSchedule":
+            continue
+        named = [shown for key, shown in _SPREAD_UNMODELLED.items() if key in constraint]
+        if named:
+            found.append(f"topology spread with {', '.join(named)}")
+    containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+    if any(p.get("hostPort") for c in containers for p in c.get("ports") or ()):
+        found.append("host ports (NodePorts)")
+    if any("persistentVolumeClaim" in v or "ephemeral" in v for v in spec.get("volumes") or ()):
+        found.append("volumes claimed from storage (VolumeBinding, VolumeZone)")
+    return found
+
+
 @dataclass(frozen=True)
 class _Spread:
     key: str
@@ -728,6 +766,24 @@ def _place(
 
 
 def _placing(
+    template: PodTemplate,
+    nodes: Sequence[_Node],
+    answer: _Answer,
+    pool: Mapping[str, str],
+    claims: dra.Cluster | None,
+) -> tuple[Placement, _Replicas]:
+    result, replicas = _placing_modelled(template, nodes, answer, pool, claims)
+    features = unmodelled(template)
+    if not features or not result.evaluated:
+        return result, replicas
+    modelled = f"; the filters modelled place {result.placed}/{result.wanted}"
+    reason = f"{NOT_EVALUATED}: {', '.join(features)}{modelled}"
+    if result.reason:
+        reason += f": {result.reason}"
+    return replace(result, evaluated=False, reason=reason), replicas
+
+
+def _placing_modelled(
     template: PodTemplate,
     nodes: Sequence[_Node],
     answer: _Answer,

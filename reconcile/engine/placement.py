@@ -257,10 +257,10 @@ def impact(
             )
         else:
             message = f"no node will take it after apply ({_replicas(now)} before){schedules}: {then.reason}"
+        # Where the scheduler uses what is not modelled, review must see it, not fail on it.
+        severity = Severity.ERROR if then.evaluated else Severity.WARNING
         found.append(
-            Finding(
-                severity=Severity.ERROR, kind="unschedulable", subject=template.id, message=message
-            )
+            Finding(severity=severity, kind="unschedulable", subject=template.id, message=message)
         )
     found.extend(_affinity_lost(before, after, pods))
     found.extend(_overcommitted(before, after, [p for p in pods if p.node not in rolled_out]))

@@ -399,3 +399,53 @@ def test_fragmentation_names_the_node_group_the_nodes_are_in() -> None:
     assert str(result.reason).endswith(
         "(15 nvidia.com/gpu free in pool a100, at most 5 on one node)"
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "feature"),
+    [
+        ({"schedulingGates": [{"name": "wait"}]}, "scheduling gates"),
+        (
+            {
+                "affinity": {
+                    "podAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "zone"}
+                        ]
+                    }
+                }
+            },
+            "required pod affinity",
+        ),
+        (
+            {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]},
+            "volumes claimed from storage",
+        ),
+        (
+            {
+                "topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "minDomains": 3,
+                        "topologyKey": "zone",
+                        "labelSelector": {"matchLabels": {"app": "train"}},
+                    }
+                ]
+            },
+            "topology spread with minDomains",
+        ),
+    ],
+)
+def test_what_is_not_modelled_is_said_not_guessed(extra: dict[str, Any], feature: str) -> None:
+    result = place(_gpus(1, **extra), [_node("a", nvidia_gpu="8", labels={"zone": "1"})])
+    assert not result.evaluated
+    assert placement_line(result).startswith(
+        f"Deployment/ml/train 1/1 NOT EVALUATED: not evaluated: {feature}"
+    )
+    assert str(result.reason).endswith("the filters modelled place 1/1")
+
+
+def test_host_ports_are_not_modelled() -> None:
+    ported = {"containers": [{**_container(), "ports": [{"containerPort": 80, "hostPort": 80}]}]}
+    template = PodTemplate("Pod/ml/web", "Pod", "ml", ported, {}, 1, name="web")
+    assert "host ports (NodePorts)" in str(place(template, [_node("a", cpu="1")]).reason)

@@ -132,6 +132,7 @@ def test_plan_json_round_trips_and_records_resource_versions(
             "owner": "gpu-feature-discovery",
             "fact": "label",
             "source": "desired/nodes/lab-node-1.yaml:18:3",
+            "rollout": False,
         }
     ]
 
@@ -186,6 +187,7 @@ def test_apply_json_reports_what_changed(lab: TestCluster, workdir: Path) -> Non
             "owner": "gpu-feature-discovery",
             "fact": "label",
             "source": "desired/nodes/lab-node-1.yaml:18:3",
+            "rollout": False,
         }
     ]
     assert document["failed"] == []

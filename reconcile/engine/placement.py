@@ -1,6 +1,8 @@
-"""Where pods can land: every Pod and pod template of desired/ against the scheduler's
-filters on labels (kube/scheduler.py), plus required pod anti-affinity against a
-workload's own replicas, and the plan's placement impact check.
+"""Where pods land and whether they fit: every Pod and pod template of desired/ placed
+replica by replica (engine/capacity.py) on the nodes as they will be after apply (their
+labels, taints and, through the domain's policy, the room a MIG layout gives them); the
+plan's impact check (workloads left without a node or without room, running pods
+stranded or evicted); and what a batch of nodes drained leaves (`drain_room`).
 
 The failure reconcile exists for is silent: remove or mistype a label and new pods stay
 Pending hours later. Evaluating every workload against the labels the cluster will have

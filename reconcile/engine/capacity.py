@@ -319,7 +319,7 @@ def _nodes(
     ]
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Answer:
     """The label filters' answer for every node: each node's reason (None: it passes),
     the nodes that pass, and the reasons of those that do not."""
@@ -327,13 +327,15 @@ class _Answer:
     reasons: Sequence[str | None]
     eligible: tuple[int, ...]
     failures: tuple[str, ...]
-    _start: dict[str, dict[int, list[_Node]]] = field(default_factory=dict, compare=False)
+    # The eligible nodes as they were before placement began, grouped once: asked by every
+    # workload selecting as this answer does that stays Pending (`_alone`).
+    _start: dict[int, list[_Node]] | None = field(default=None, compare=False)
 
     def start_groups(self, eligible: Callable[[], list[_Node]]) -> dict[int, list[_Node]]:
         """The eligible nodes as they were before placement began, grouped (once)."""
-        if "groups" not in self._start:
-            self._start["groups"] = _classes(eligible())
-        return self._start["groups"]
+        if self._start is None:
+            self._start = _classes(eligible())
+        return self._start
 
     @classmethod
     def of(cls, reasons: Sequence[str | None]) -> _Answer:
@@ -760,30 +762,20 @@ def _place(
     pool: Mapping[str, str],
     claims: dra.Cluster | None = None,
 ) -> tuple[Placement, dra.Cluster | None]:
-    """The workload's placement, and the devices the cluster has allocated after it."""
-    result, replicas = _placing(template, nodes, answer, pool, claims)
+    """The workload's placement (not evaluated where it uses what is not modelled), and
+    the devices the cluster has allocated after it."""
+    result, replicas = _placed(template, nodes, answer, pool, claims)
+    features = unmodelled(template)
+    if features and result.evaluated:
+        reason = f"{NOT_EVALUATED}: {', '.join(features)}; the filters modelled place "
+        reason += f"{result.placed}/{result.wanted}"
+        if result.reason:
+            reason += f": {result.reason}"
+        result = replace(result, evaluated=False, reason=reason)
     return result, replicas.claims if replicas.claims is not None else claims
 
 
-def _placing(
-    template: PodTemplate,
-    nodes: Sequence[_Node],
-    answer: _Answer,
-    pool: Mapping[str, str],
-    claims: dra.Cluster | None,
-) -> tuple[Placement, _Replicas]:
-    result, replicas = _placing_modelled(template, nodes, answer, pool, claims)
-    features = unmodelled(template)
-    if not features or not result.evaluated:
-        return result, replicas
-    modelled = f"; the filters modelled place {result.placed}/{result.wanted}"
-    reason = f"{NOT_EVALUATED}: {', '.join(features)}{modelled}"
-    if result.reason:
-        reason += f": {result.reason}"
-    return replace(result, evaluated=False, reason=reason), replicas
-
-
-def _placing_modelled(
+def _placed(
     template: PodTemplate,
     nodes: Sequence[_Node],
     answer: _Answer,

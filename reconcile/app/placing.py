@@ -11,7 +11,6 @@ from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import NotFound
 from reconcile.engine import placement
 from reconcile.engine.capacity import Placement, PodTemplate
-from reconcile.engine.checks import projected_labels
 from reconcile.gpu import checks
 from reconcile.kube import dra
 from reconcile.kube.client.cluster import Cluster
@@ -66,8 +65,7 @@ def place_on(state: DesiredState, cluster: Cluster) -> list[Placement]:
     """Every workload of `state` placed on the cluster's nodes as they will be after
     apply: their labels, and the room a MIG layout of desired/ gives them."""
     live = cluster.list_nodes()
-    policy = checks.policy(state)
-    nodes = placement.node_views(live, projected_labels(state, live), None, policy.allocatable)
+    nodes = placement.after_views(state, live, checks.policy(state).allocatable)
     templates = placement.workloads(state)
     where = placement.candidates(templates, nodes)
     pods = cluster.pods_on_nodes(sorted(where)) if where else []
@@ -75,7 +73,7 @@ def place_on(state: DesiredState, cluster: Cluster) -> list[Placement]:
         state,
         live,
         pods,
-        policy.allocatable,
+        nodes=nodes,
         claims=_claims(state, cluster, templates),
         runtime_classes=_runtime_classes(state, cluster, templates),
     )

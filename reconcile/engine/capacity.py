@@ -829,6 +829,13 @@ def _alone(
     return replicas.alone(max(template.replicas, 0))
 
 
+def landing(templates: Sequence[PodTemplate], views: Sequence[NodeView]) -> set[str]:
+    """The nodes any of `templates` may land on by the label filters (asked once per
+    distinct way of selecting, as placing them asks)."""
+    filters = _Filters(views)
+    return {views[i].name for t in templates for i in filters.answer(t).eligible}
+
+
 def place(
     template: PodTemplate,
     nodes: Sequence[NodeView],

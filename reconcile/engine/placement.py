@@ -23,6 +23,7 @@ from reconcile.engine.capacity import (
     Placement,
     PodTemplate,
     RunningPod,
+    landing,
     place_all,
     pod_template,
     running_pods,
@@ -41,7 +42,6 @@ from reconcile.kube.scheduler import (
     HOSTNAME,
     NodeView,
     eviction_delay,
-    filter_reason,
     is_empty_term,
     required_node_affinity_matches,
 )
@@ -445,14 +445,7 @@ def taint_evictions(
 def candidates(templates: Sequence[PodTemplate], *views: Sequence[NodeView]) -> set[str]:
     """The nodes any of `templates` may land on in any of `views` (labels and taints):
     where the room they find is read."""
-    found: set[str] = set()
-    for nodes in views:
-        for node in nodes:
-            if node.name not in found and any(
-                filter_reason(t.spec, node, daemon=t.daemon) is None for t in templates
-            ):
-                found.add(node.name)
-    return found
+    return {name for nodes in views for name in landing(templates, nodes)}
 
 
 def impact_check(projection: Projection) -> list[Finding]:
@@ -497,27 +490,35 @@ def impact_check(projection: Projection) -> list[Finding]:
     ]
 
 
+def after_views(
+    state: DesiredState, live: Sequence[LiveNode] | None, allocatable: Allocatable = _as_is
+) -> list[NodeView]:
+    """The nodes as they will be after apply: the live ones with desired/ laid over (and
+    what `allocatable` says they offer then), or (`live` None) the nodes desired/
+    declares alone, offline, where room is not known."""
+    if live is None:
+        declared = {
+            name: {k: v for k, v in node.labels.items() if v is not None}
+            for name, node in state.nodes.items()
+        }
+        return node_views([], declared)
+    return node_views(live, projected_labels(state, live), allocatable=allocatable)
+
+
 def placement(
     state: DesiredState,
     live: Sequence[LiveNode] | None,
     pods: Iterable[Mapping[str, Any]] = (),
     allocatable: Allocatable = _as_is,
     *,
+    nodes: Sequence[NodeView] | None = None,
     claims: dra.Cluster | None = None,
     runtime_classes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[Placement]:
-    """Where every workload of desired/ lands, replica by replica, and how many cannot:
-    against the live nodes with desired/ laid over and the room `pods` leave them, or
-    (`live` None) against the nodes desired/ declares alone, offline, where room is not
-    known."""
-    if live is None:
-        declared = {
-            name: {k: v for k, v in node.labels.items() if v is not None}
-            for name, node in state.nodes.items()
-        }
-        nodes = node_views([], declared)
-    else:
-        nodes = node_views(live, projected_labels(state, live), allocatable=allocatable)
+    """Where every workload of desired/ lands, replica by replica, and how many cannot, on
+    `nodes` (default: `after_views` of `live`) with the room `pods` leave them."""
+    if nodes is None:
+        nodes = after_views(state, live, allocatable)
     pool = groups.pools(state.groups, live) if live is not None else None
     return place_all(workloads(state), nodes, running_pods(pods), pool, claims, runtime_classes)
 

@@ -525,15 +525,13 @@ def placement(
 
 @dataclass(frozen=True)
 class DrainRoom:
-    """What taking `batch` down leaves: the GPUs (any `nvidia.com/` resource) free on the
-    other schedulable nodes, and the evicted pods that would find no room there."""
+    """What taking `batch` down leaves: the resources asked about (by their name's prefix)
+    free on the other schedulable nodes, and the evicted pods that would find no room
+    there."""
 
     batch: tuple[str, ...]
     free: Mapping[str, int]
     no_room: tuple[str, ...]
-
-
-GPU_RESOURCES: Final = "nvidia.com/"
 
 
 def drain_room(
@@ -541,10 +539,12 @@ def drain_room(
     batch: Iterable[str],
     pod_items: Iterable[Mapping[str, Any]],
     evicted: Iterable[str],
+    counted: str,
 ) -> DrainRoom:
     """The batch's nodes cordoned and the pods named in `evicted` (`Pod/<ns>/<name>`) gone
     from them: what the others offer, and which evicted pods (their controllers make them
-    again, the same spec) would not be placed on them."""
+    again, the same spec) would not be placed on them. `counted` is the prefix of the
+    resources whose free amount is summed (the GPU domain's `nvidia.com/`)."""
     down = frozenset(batch)
     gone = frozenset(evicted)
     views = [
@@ -562,7 +562,7 @@ def drain_room(
             continue
         holding = requested(used.get(view.name, ()))
         for name, quantity in view.allocatable.items():
-            if name.startswith(GPU_RESOURCES):
+            if name.startswith(counted):
                 free[name] = free.get(name, 0) + max(quantity - holding.get(name, 0), 0)
     replacements = [
         PodTemplate(

@@ -35,7 +35,7 @@ from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import NotFound, ReconcileError
 from reconcile.engine import placement
 from reconcile.engine.placement import DrainRoom
-from reconcile.gpu import drivers
+from reconcile.gpu import disruptive, drivers
 from reconcile.gpu.upgrade import (
     DRAIN_REQUIRED,
     STATE,
@@ -394,7 +394,11 @@ class Rollout:
             replace(
                 batch,
                 room=placement.drain_room(
-                    live, batch.nodes, pods, (p.id for p in evictions[batch.number])
+                    live,
+                    batch.nodes,
+                    pods,
+                    (p.id for p in evictions[batch.number]),
+                    disruptive.GPU_RESOURCES,
                 ),
             )
             for batch in batches

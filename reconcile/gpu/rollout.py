@@ -351,46 +351,18 @@ class Rollout:
                 f"({', '.join(already)}), and --max-unavailable allows {limit}"
             )
         batches = self._batches([n.name for n in todo], min(request.max_parallel, limit))
-        evictions = {b.number: self._batch_evictions(b, problems) for b in batches}
+        # One read of the nodes and of the pods on them for the whole rollout: what each
+        # batch's drain evicts, and what its nodes down leave the others.
+        live = self.cluster.list_nodes()
+        pods = self.cluster.pods_on_nodes([n.name for n in live])
+        on_node: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            on_node.setdefault(str((pod.get("spec") or {}).get("nodeName")), []).append(pod)
+        evictions = {b.number: self._batch_evictions(b, on_node, problems) for b in batches}
         problems += self._budget_problems(batches, evictions)
         if problems:
             raise UpgradeRefused("; ".join(problems) + " (nothing was changed)")
-        return RolloutPlan(tuple(self._rooms(batches, evictions)), tuple(done), limit, tags)
-
-    def _batches(self, names: list[str], width: int) -> list[Batch]:
-        canary = self.request.canary
-        batches: list[Batch] = []
-        if canary is not None and canary in names:
-            batches.append(Batch(1, (canary,), canary=True))
-            names = [n for n in names if n != canary]
-        width = max(1, width)
-        for start in range(0, len(names), width):
-            batches.append(Batch(len(batches) + 1, tuple(names[start : start + width])))
-        return batches
-
-    def _batch_evictions(self, batch: Batch, problems: list[str]) -> list[PodToEvict]:
-        """The pods a drain of the batch's nodes evicts; a node that cannot be drained
-        adds its problem."""
-        evictions: list[PodToEvict] = []
-        for node in batch.nodes:
-            try:
-                evictions += pods_to_evict(
-                    self.cluster.pods_on(node),
-                    ignore_daemonsets=self.request.ignore_daemonsets,
-                    force=self.request.force,
-                )
-            except UpgradeRefused as e:
-                problems.append(f"{node}: {e}")
-        return evictions
-
-    def _rooms(
-        self, batches: Sequence[Batch], evictions: Mapping[int, Sequence[PodToEvict]]
-    ) -> list[Batch]:
-        """Each batch with what its nodes down leave: one read of the nodes and of the
-        pods on them for the whole rollout."""
-        live = self.cluster.list_nodes()
-        pods = self.cluster.pods_on_nodes([n.name for n in live])
-        return [
+        rooms = [
             replace(
                 batch,
                 room=placement.drain_room(
@@ -403,6 +375,35 @@ class Rollout:
             )
             for batch in batches
         ]
+        return RolloutPlan(tuple(rooms), tuple(done), limit, tags)
+
+    def _batches(self, names: list[str], width: int) -> list[Batch]:
+        canary = self.request.canary
+        batches: list[Batch] = []
+        if canary is not None and canary in names:
+            batches.append(Batch(1, (canary,), canary=True))
+            names = [n for n in names if n != canary]
+        width = max(1, width)
+        for start in range(0, len(names), width):
+            batches.append(Batch(len(batches) + 1, tuple(names[start : start + width])))
+        return batches
+
+    def _batch_evictions(
+        self, batch: Batch, on_node: Mapping[str, list[dict[str, Any]]], problems: list[str]
+    ) -> list[PodToEvict]:
+        """The pods a drain of the batch's nodes evicts; a node that cannot be drained
+        adds its problem."""
+        evictions: list[PodToEvict] = []
+        for node in batch.nodes:
+            try:
+                evictions += pods_to_evict(
+                    on_node.get(node, []),
+                    ignore_daemonsets=self.request.ignore_daemonsets,
+                    force=self.request.force,
+                )
+            except UpgradeRefused as e:
+                problems.append(f"{node}: {e}")
+        return evictions
 
     def _budget_problems(
         self, batches: Sequence[Batch], evictions_of: Mapping[int, Sequence[PodToEvict]]

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_fleet import PAIRS, Raw, paired, reconcile, seed_nodes
+from bench_fleet import PAIRS, Raw, paired, reconcile, seed_nodes, seed_pods
 
 from reconcile.desired.models import DesiredState, Manifest
 from reconcile.diagnostics import Source
@@ -53,26 +53,16 @@ def nodes(total: int) -> list[dict[str, Any]]:
 
 
 def pods(total_nodes: int, per_node: int) -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": f"job-{i:05d}-{j}", "namespace": "default"},
-            "spec": {
-                "nodeName": f"gpu-{i:05d}",
-                "containers": [
-                    {
-                        "name": "c",
-                        "image": "trainer:1",
-                        "resources": {"requests": {"cpu": "2"}, "limits": {"nvidia.com/gpu": 1}},
-                    }
-                ],
-            },
-            "status": {"phase": "Running"},
+    """bench_fleet's running pods, each holding 2 cpu and a GPU (and no node selector:
+    their selection is not what this measures)."""
+    found = seed_pods(total_nodes, per_node)
+    for pod in found:
+        del pod["spec"]["nodeSelector"]
+        pod["spec"]["containers"][0]["resources"] = {
+            "requests": {"cpu": "2"},
+            "limits": {"nvidia.com/gpu": 1},
         }
-        for i in range(total_nodes)
-        for j in range(per_node)
-    ]
+    return found
 
 
 def deployment(index: int) -> dict[str, Any]:

@@ -54,13 +54,9 @@ class Projection:
     live: Sequence[LiveNode]
     nodes: Sequence[NodePlan] = ()
     objects: Sequence[ObjectPlan] = ()
-    # The pods on the nodes whose labels or taints change (the only pods a change can
-    # strand), read once and only if a check asks.
-    read_pods: Callable[[], Sequence[dict[str, Any]]] = field(default=lambda: ())
-    # The pods bound to the named nodes: the room a workload finds there (capacity).
-    read_pods_on: Callable[[Sequence[str]], Sequence[dict[str, Any]]] = field(
-        default=lambda names: ()
-    )
+    # The pods bound to the named nodes (those a change can strand or evict, those where
+    # a workload finds its room), read only if a check asks (`pods_on`).
+    read_pods: Callable[[Sequence[str]], Sequence[dict[str, Any]]] = field(default=lambda names: ())
     # Running pods a new NoExecute taint evicts are a warning, not an error that stops
     # apply (--allow-evictions).
     allow_evictions: bool = False
@@ -81,17 +77,14 @@ class Projection:
         planned = {n.name: n.taints for n in self.nodes if n.taints is not None}
         return {node.name: planned.get(node.name, node.taints) for node in self.live}
 
-    @cached_property
-    def pods(self) -> Sequence[dict[str, Any]]:
-        return self.read_pods()
-
     def pods_on(self, names: Iterable[str]) -> Sequence[dict[str, Any]]:
-        """The pods bound to `names` and to the nodes the change touches, read once."""
+        """The pods bound to `names` (and maybe others: callers look at each pod's node),
+        read once: a check asking for nodes a read covered already gets that read."""
         wanted = frozenset(names)
         for read, pods in self._read.items():
             if wanted <= read:
                 return pods
-        pods = self._read[wanted] = self.read_pods_on(sorted(wanted))
+        pods = self._read[wanted] = self.read_pods(sorted(wanted))
         return pods
 
 

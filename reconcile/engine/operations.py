@@ -28,7 +28,6 @@ from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import ReconcileError
 from reconcile.engine import budget, placement, saved
 from reconcile.engine.checks import Check, Projection, run_checks
-from reconcile.engine.facts import Fact
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
 from reconcile.engine.grants import Rule
 from reconcile.engine.nodes.apply import apply_plan
@@ -115,14 +114,7 @@ def plan(
         live=live,
         nodes=node_part.nodes,
         objects=tuple(objects.objects),
-        read_pods=lambda: cluster.pods_on_nodes(
-            [
-                n.name
-                for n in node_part.nodes
-                if any(c.fact is not Fact.ANNOTATION for c in n.changes)
-            ]
-        ),
-        read_pods_on=cluster.pods_on_nodes,
+        read_pods=cluster.pods_on_nodes,
         allow_evictions=request.options.allowEvictions,
         policy=policy,
     )

@@ -111,7 +111,7 @@ def busy_rollouts(projection: Projection) -> Iterable[Finding]:
     if not planned:
         return
     on_node: dict[str, list[str]] = {}
-    for pod in running_pods(projection.pods):
+    for pod in running_pods(projection.pods_on(n.name for n in planned)):
         if disruptive.uses_gpu(pod.spec):
             on_node.setdefault(pod.node, []).append(pod.id.removeprefix("Pod/"))
     for node in planned:

@@ -8,7 +8,7 @@ from typing import Any
 
 from reconcile.desired.models import DesiredNode, DesiredState
 from reconcile.diagnostics import Severity, Source
-from reconcile.engine.checks import Projection, projected_labels, run_checks
+from reconcile.engine.checks import Check, Projection, projected_labels, run_checks
 from reconcile.engine.findings import Finding
 from reconcile.engine.nodes.plan import build_plan
 from reconcile.engine.plan import PlanOptions
@@ -69,26 +69,32 @@ def test_taints_after_are_the_planned_list_for_planned_nodes_and_live_for_others
 def test_pods_are_read_once_and_only_when_a_check_asks() -> None:
     cluster = FakeCluster()
     cluster.add_node("n1")
+    cluster.add_node("n2")
     cluster.add_pod("default", "p1", "n1")
-    reads: list[int] = []
+    cluster.add_pod("default", "p2", "n2")
+    reads: list[list[str]] = []
 
-    def read_pods() -> Sequence[dict[str, Any]]:
-        reads.append(1)
-        return cluster.pods_on_nodes(["n1"])
+    def read_pods(names: Sequence[str]) -> Sequence[dict[str, Any]]:
+        reads.append(list(names))
+        return cluster.pods_on_nodes(names)
 
     def labels_only(projection: Projection) -> list[Finding]:
         return []
 
-    def pods_twice(projection: Projection) -> list[Finding]:
-        return [
-            Finding(
-                severity=Severity.WARNING, kind="pod", subject=p["metadata"]["name"], message=""
-            )
-            for p in [*projection.pods, *projection.pods]
-        ]
+    def pods_on(*names: str) -> Check:
+        def check(projection: Projection) -> list[Finding]:
+            return [
+                Finding(
+                    severity=Severity.WARNING, kind="pod", subject=p["metadata"]["name"], message=""
+                )
+                for p in projection.pods_on(names)
+                if p["spec"]["nodeName"] in names
+            ]
+
+        return check
 
     projection = Projection(desired=DesiredState(), live=cluster.list_nodes(), read_pods=read_pods)
     assert run_checks([labels_only], projection) == [] and reads == []
-    found = run_checks([labels_only, pods_twice, pods_twice], projection)
-    assert [f.subject for f in found] == ["p1"] * 4
-    assert reads == [1]
+    found = run_checks([labels_only, pods_on("n1", "n2"), pods_on("n1"), pods_on("n2")], projection)
+    assert [f.subject for f in found] == ["p1", "p2", "p1", "p2"]
+    assert reads == [["n1", "n2"]]  # the nodes a later check asks for were read already

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final, Protocol, TypedDict
 
@@ -25,7 +25,15 @@ from reconcile.diagnostics import ReconcileError
 # and Pacing while it registers its GPU commands, `sanitize` among them, which start fast.
 if TYPE_CHECKING:
     from reconcile.desired.models import DesiredState
-    from reconcile.gpu.rollout import RolloutDocument, RolloutOutcome, RolloutRequest, StateEvent
+    from reconcile.gpu.rollout import (
+        Gate,
+        Rollout,
+        RolloutDocument,
+        RolloutOutcome,
+        RolloutPlan,
+        RolloutRequest,
+        StateEvent,
+    )
     from reconcile.gpu.upgrade import Step
     from reconcile.kube.client import Cluster
 
@@ -231,27 +239,29 @@ def _upgrade_node(
 
 
 class _StateEvents:
-    """A pool's steps as they come from its workers: state changes recorded as events
-    and told to the watch one at a time, with the tally; other steps passed on."""
+    """A pool's steps as they come from its workers: state changes (steps of
+    `state_field`) recorded as events and told to the watch one at a time, with the tally
+    of nodes at `done_state`; other steps passed on."""
 
-    def __init__(self, watch: UpgradeWatch) -> None:
+    def __init__(self, watch: UpgradeWatch, state_field: str, done_state: str) -> None:
         self.watch = watch
+        self.state_field = state_field
+        self.done_state = done_state
         self.events: list[StateEvent] = []
         self.states: dict[str, str] = {}
         self.lock = threading.Lock()
 
     def __call__(self, step: Step) -> None:
         from reconcile.gpu.rollout import StateEvent
-        from reconcile.gpu.upgrade import STATE, UPGRADE_DONE
 
-        if step.field != STATE:
+        if step.field != self.state_field:
             self.watch.detail(step)
             return
         with self.lock:
             when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             self.events.append(StateEvent(time=when, node=step.subject, state=step.value))
             self.states[step.subject] = step.value
-            done = sum(1 for state in self.states.values() if state == UPGRADE_DONE)
+            done = sum(1 for state in self.states.values() if state == self.done_state)
             self.watch.moved(step.subject, step.value, done, len(self.states) - done)
 
 
@@ -261,56 +271,98 @@ def _roll_out(
     """The pool preflighted as a whole (UpgradeRefused naming every problem), then, unless
     a dry run, its batches run until done, the first failure, or a signal."""
     from reconcile.gpu import operations
-    from reconcile.gpu.rollout import RolloutDocument, RolloutOutcome
+    from reconcile.gpu.rollout import DriverWork
+    from reconcile.gpu.upgrade import STATE, UPGRADE_DONE, NodeOps
 
-    pool = _pool_request(request, target.state)
-    events = _StateEvents(watch)
+    state = target.state
+    events = _StateEvents(watch, STATE, UPGRADE_DONE)
     cluster = session.connect(None, target)
-    job, plan = operations.rollout_plan(pool, cluster, events, watch.note)
-    planned = RolloutDocument.of(request.version, plan, dry_run=request.dry_run)
+    ops = operations.with_declared(
+        NodeOps(
+            cluster,
+            events,
+            watch.note,
+            timeout=request.timeout,
+            ignore_daemonsets=request.ignore_daemonsets,
+            force=request.force,
+        ),
+        state,
+    )
+    work = DriverWork(request.version, state, ops)
+    pool = _pool_request(request.nodes, request.selector, request.pacing)
+    job, plan = operations.rollout_plan(pool, work, ops)
+    planned = rollout_document(plan, request.dry_run, driver=request.version)
     watch.planned(planned)
     if request.dry_run:
-        desired = _desired_after(session, pool, cluster, [*plan.done, *plan.targets], write=False)
+        desired = _desired_after(
+            session, state, request.version, cluster, [*plan.done, *plan.targets], write=False
+        )
         return RolledOut(planned, desired)
+    outcome, stopped = run_stoppable(job, plan, planned, events)
+    desired = _desired_after(
+        session,
+        state,
+        request.version,
+        cluster,
+        [*plan.done, *outcome.done],
+        write=request.write_desired,
+    )
+    return RolledOut(planned, desired, outcome, stopped)
+
+
+def rollout_document(
+    plan: RolloutPlan,
+    dry_run: bool,
+    *,
+    driver: str | None = None,
+    facts: Mapping[str, Mapping[str, str | None]] | None = None,
+) -> RolloutDocument:
+    from reconcile.gpu.rollout import RolloutDocument
+
+    return RolloutDocument.of(plan, dry_run=dry_run, driver=driver, facts=facts)
+
+
+def run_stoppable(
+    job: Rollout,
+    plan: RolloutPlan,
+    planned: RolloutDocument,
+    events: _StateEvents,
+    gate: Gate | None = None,
+) -> tuple[RolloutOutcome, int | None]:
+    """The rollout run under `stoppable` (SIGINT, SIGTERM: nodes in flight finish, no
+    other starts): its outcome, and the signal that stopped it early."""
+    from reconcile.gpu.rollout import RolloutOutcome
+
     with stoppable() as stopped:
         over = threading.Event()
         threading.Thread(
             target=_stop_when, args=(stopped, job.stop, over), daemon=True, name="rollout-stop"
         ).start()
         try:
-            result = job.run(plan)
+            result = job.run(plan, gate)
         finally:
             over.set()
-    outcome = RolloutOutcome.after(planned, result, events.events)
-    desired = _desired_after(
-        session, pool, cluster, [*plan.done, *result.done], write=request.write_desired
-    )
-    return RolledOut(planned, desired, outcome, stopped[0] if stopped else None)
+    return RolloutOutcome.after(planned, result, events.events), stopped[0] if stopped else None
 
 
-def _pool_request(request: DriverUpgrade, state: DesiredState) -> RolloutRequest:
+def _pool_request(nodes: tuple[str, ...], selector: str | None, pacing: Pacing) -> RolloutRequest:
     from reconcile.gpu.rollout import RolloutRequest
 
-    pacing = request.pacing
     return RolloutRequest(
-        request.version,
-        state,
-        nodes=request.nodes,
-        selector=request.selector,
+        nodes=nodes,
+        selector=selector,
         max_parallel=pacing.max_parallel,
         max_unavailable=pacing.max_unavailable,
         canary=pacing.canary,
         wait_for_completion=pacing.wait_for_completion,
         wait_timeout=pacing.wait_timeout,
-        timeout=request.timeout,
-        ignore_daemonsets=request.ignore_daemonsets,
-        force=request.force,
     )
 
 
 def _desired_after(
     session: Session,
-    pool: RolloutRequest,
+    state: DesiredState,
+    version: str,
     cluster: Cluster,
     upgraded: Sequence[str],
     *,
@@ -324,15 +376,13 @@ def _desired_after(
     if not upgraded:
         return DesiredAfter()
     # Only a group's selector needs the live labels.
-    live = cluster.list_nodes() if pool.desired.groups else []
+    live = cluster.list_nodes() if state.groups else []
     if write:
         written, left_alone = operations.write_driver_labels(
-            pool.desired, session.desired, pool.version, upgraded, live
+            state, session.desired, version, upgraded, live
         )
         return DesiredAfter(written=tuple(written), left_alone=tuple(left_alone))
-    return DesiredAfter(
-        stale=operations.stale_driver_note(pool.desired, pool.version, upgraded, live)
-    )
+    return DesiredAfter(stale=operations.stale_driver_note(state, version, upgraded, live))
 
 
 def _stop_when(stopped: list[int], stop: Callable[[], None], over: threading.Event) -> None:

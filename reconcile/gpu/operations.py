@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
@@ -16,10 +16,11 @@ from reconcile.diagnostics import ReconcileError
 from reconcile.engine.grants import Rule
 from reconcile.gpu import drivers
 from reconcile.gpu.drivers import AuditFinding, Coverage
-from reconcile.gpu.rollout import Rollout, RolloutPlan, RolloutRequest
+from reconcile.gpu.rollout import Rollout, RolloutPlan, RolloutRequest, Work
 from reconcile.gpu.upgrade import RBAC as UPGRADE_RBAC
 from reconcile.gpu.upgrade import (
     Declared,
+    NodeOps,
     PodToEvict,
     Step,
     Upgrade,
@@ -244,18 +245,16 @@ def _desired_note(
 # --- a pool's driver rollout --------------------------------------------------------------
 
 
-def rollout_plan(
-    request: RolloutRequest,
-    cluster: NodeApi,
-    emit: Callable[[Step], None],
-    note: Callable[[str], None],
-) -> tuple[Rollout, RolloutPlan]:
+def rollout_plan(request: RolloutRequest, work: Work, ops: NodeOps) -> tuple[Rollout, RolloutPlan]:
     """The whole rollout preflighted before any write: UpgradeRefused naming every
     problem, or the rollout and its batches."""
-    job = Rollout(
-        request, cluster, emit=emit, note=note, declared=declared_budgets(request.desired)
-    )
+    job = Rollout(request, work, ops)
     return job, job.preflight()
+
+
+def with_declared(ops: NodeOps, desired: DesiredState) -> NodeOps:
+    """`ops` knowing the budgets desired/ declares (their advice names the file)."""
+    return replace(ops, declared=declared_budgets(desired))
 
 
 def stale_driver_note(

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import NotFound, ReconcileError
@@ -40,8 +39,9 @@ from reconcile.gpu.upgrade import (
     DRAIN_REQUIRED,
     STATE,
     STATES,
+    UPGRADE_DONE,
     UPGRADE_FAILED,
-    Declared,
+    NodeOps,
     PodToEvict,
     Step,
     Upgrade,
@@ -63,8 +63,9 @@ BUDGET_POLL_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class RolloutRequest:
-    version: str
-    desired: DesiredState
+    """How a pool moves, whatever it does to each node: the nodes (NODEs or a selector),
+    the pacing, the pods to wait for (the drain's own options are the NodeOps')."""
+
     nodes: tuple[str, ...] = ()
     selector: str | None = None
     max_parallel: int = 1
@@ -74,9 +75,6 @@ class RolloutRequest:
     # Pods (a label selector) that must finish on a node before it is drained.
     wait_for_completion: str | None = None
     wait_timeout: float = 3600.0
-    timeout: float = 300.0
-    ignore_daemonsets: bool = False
-    force: bool = False
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,6 @@ class RolloutPlan:
     batches: tuple[Batch, ...]
     done: tuple[str, ...]
     limit: int
-    tags: dict[str, str] = field(default_factory=dict)
 
     @property
     def targets(self) -> list[str]:
@@ -109,10 +106,16 @@ class RolloutResult:
     failed: tuple[tuple[str, str], ...]
     not_started: tuple[str, ...]
     skipped: tuple[str, ...]  # at the target before the run
+    # Why a gate halted the rollout after a batch (the nodes after it not started).
+    halted: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.failed and not self.not_started
+
+
+# Asked after a batch whether the next may start: None, or why the rollout halts.
+Gate = Callable[[Batch], "str | None"]
 
 
 # --- the Rollout document -------------------------------------------------------------------
@@ -151,16 +154,29 @@ class RolloutDocument(_Document):
 
     apiVersion: Literal["reconcile.dev/v1alpha1"] = "reconcile.dev/v1alpha1"
     kind: Literal["Rollout"] = "Rollout"
-    driver: str
+    # What is rolled out: a driver version, or each node's disruptive facts (key ->
+    # value, null to remove); the one not rolled out is left out of the document.
+    driver: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    facts: dict[str, dict[str, str | None]] | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
     dryRun: bool
     maxUnavailable: int
     batches: tuple[BatchEntry, ...]
     alreadyDone: tuple[str, ...]
 
     @classmethod
-    def of(cls, version: str, plan: RolloutPlan, *, dry_run: bool) -> RolloutDocument:
+    def of(
+        cls,
+        plan: RolloutPlan,
+        *,
+        dry_run: bool,
+        driver: str | None = None,
+        facts: Mapping[str, Mapping[str, str | None]] | None = None,
+    ) -> RolloutDocument:
         return cls(
-            driver=version,
+            driver=driver,
+            facts={n: dict(f) for n, f in facts.items()} if facts is not None else None,
             dryRun=dry_run,
             maxUnavailable=plan.limit,
             batches=tuple(
@@ -184,6 +200,8 @@ class RolloutOutcome(RolloutDocument):
     failed: tuple[FailedNode, ...]
     notStarted: tuple[str, ...]
     events: tuple[StateEvent, ...]
+    # Why a gate halted the rollout between batches (absent when none did).
+    halted: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @classmethod
     def after(
@@ -195,6 +213,7 @@ class RolloutOutcome(RolloutDocument):
             failed=tuple(FailedNode(node=n, error=e) for n, e in result.failed),
             notStarted=result.not_started,
             events=tuple(events),
+            halted=result.halted,
         )
 
     @property
@@ -205,6 +224,8 @@ class RolloutOutcome(RolloutDocument):
     def summary(self) -> str:
         """`<node> failed: <why>; done: ...; not started: ...` (`none` for an empty list)."""
         parts = [f"{f.node} failed: {f.error}" for f in self.failed]
+        if self.halted is not None:
+            parts.append(f"halted: {self.halted}")
         parts.append(f"done: {', '.join(self.done) or 'none'}")
         parts.append(f"not started: {', '.join(self.notStarted) or 'none'}")
         return "; ".join(parts)
@@ -234,82 +255,120 @@ def _unavailable(node: LiveNode) -> bool:
     return node.unschedulable or not node.ready
 
 
-class Rollout:
-    def __init__(
-        self,
-        request: RolloutRequest,
-        cluster: NodeApi,
-        *,
-        emit: Callable[[Step], None],
-        note: Callable[[str], None],
-        declared: Declared,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.request = request
-        self.cluster = cluster
-        self.emit = emit
-        self.note = note
-        self.declared = declared
-        self.sleep = sleep
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._active: set[str] = set()  # started, not finished
+@dataclass(frozen=True)
+class Sorted:
+    """A selection sorted by the work: the nodes to do, those done already, the pool the
+    unavailability limit counts (`N%` of it), and what refuses the rollout."""
 
-    # --- which nodes ------------------------------------------------------------------------
+    todo: list[LiveNode]
+    done: list[str]
+    pool: list[LiveNode]
+    problems: list[str]
 
-    def _selection(self) -> list[LiveNode]:
-        request = self.request
-        if request.selector is not None:
-            try:
-                parse_selector(request.selector)
-            except SelectorError as e:
-                raise UpgradeRefused(f"--selector {request.selector!r}: {e}") from None
-            found = self.cluster.list_nodes(label_selector=request.selector)
-            if not found:
-                raise UpgradeRefused(f"--selector {request.selector} selects no node")
-            return sorted(found, key=lambda n: n.name)
-        nodes, missing = [], []
-        for name in dict.fromkeys(request.nodes):  # a node named twice is upgraded once
-            try:
-                nodes.append(self.cluster.get_node(name))
-            except NotFound:
-                missing.append(name)
-        if missing:
-            raise UpgradeRefused(f"no such node: {', '.join(missing)} (nothing was changed)")
-        return nodes
 
-    # --- preflight --------------------------------------------------------------------------
+class Work(Protocol):
+    """What a rollout does to each node: a driver change (`DriverWork`), disruptive
+    facts (change.FactWork). The rollout paces the nodes; the work knows its nodes."""
+
+    @property
+    def state_field(self) -> str:
+        """The field of the Step that reports a node's state (a label, an annotation)."""
+        ...
+
+    @property
+    def done_state(self) -> str:
+        """That state's value once a node is done."""
+        ...
+
+    @property
+    def nodes_selector(self) -> str | None:
+        """A label selector of every node the work may take (None: any)."""
+        ...
+
+    def select(self, cluster: NodeApi, request: RolloutRequest) -> list[LiveNode]:
+        """The nodes the request names, sorted (UpgradeRefused when it names none)."""
+        ...
+
+    def sort(self, selection: list[LiveNode]) -> Sorted: ...
+
+    def evictable(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The node's pods that its drain moves."""
+        ...
+
+    def past_drain(self, live: LiveNode) -> bool:
+        """A resumed node whose drain is behind it."""
+        ...
+
+    def prepare(self, node: str) -> Callable[[], None]:
+        """The node's own preflight (UpgradeRefused: nothing was written), then its run."""
+        ...
+
+    def fail_unstarted(self, node: str, reason: str) -> str:
+        """A node whose batch could not start, marked as the work marks a failure; the
+        failure as the rollout reports it."""
+        ...
+
+
+def node_selection(cluster: NodeApi, request: RolloutRequest) -> list[LiveNode]:
+    """The NODEs of the request (each once) or the nodes its selector selects, sorted:
+    UpgradeRefused for a node that does not exist or a selector that selects none."""
+    if request.selector is not None:
+        try:
+            parse_selector(request.selector)
+        except SelectorError as e:
+            raise UpgradeRefused(f"--selector {request.selector!r}: {e}") from None
+        found = cluster.list_nodes(label_selector=request.selector)
+        if not found:
+            raise UpgradeRefused(f"--selector {request.selector} selects no node")
+        return sorted(found, key=lambda n: n.name)
+    nodes, missing = [], []
+    for name in dict.fromkeys(request.nodes):  # a node named twice is done once
+        try:
+            nodes.append(cluster.get_node(name))
+        except NotFound:
+            missing.append(name)
+    if missing:
+        raise UpgradeRefused(f"no such node: {', '.join(missing)} (nothing was changed)")
+    return nodes
+
+
+@dataclass(frozen=True)
+class DriverWork:
+    """A driver change on each node, as the GPU Operator's upgrade controller makes it
+    (upgrade.py): GPU nodes only, each image in the support matrix, every pod drained."""
+
+    version: str
+    desired: DesiredState
+    ops: NodeOps
+    state_field: str = STATE
+    done_state: str = UPGRADE_DONE
+    nodes_selector: str | None = drivers.GPU_NODES
 
     def _job(self, node: str) -> Upgrade:
-        request = self.request
+        ops = self.ops
         return Upgrade(
-            self.cluster,
+            ops.cluster,
             node,
-            request.version,
-            request.desired.matrix_tags,
-            self.emit,
-            self.note,
-            timeout=request.timeout,
-            ignore_daemonsets=request.ignore_daemonsets,
-            force=request.force,
-            sleep=self.sleep,
-            clock=self.clock,
-            declared=self.declared,
+            self.version,
+            self.desired.matrix_tags,
+            ops.emit,
+            ops.note,
+            timeout=ops.timeout,
+            ignore_daemonsets=ops.ignore_daemonsets,
+            force=ops.force,
+            sleep=ops.sleep,
+            clock=ops.clock,
+            declared=ops.declared,
         )
 
-    def preflight(self) -> RolloutPlan:
-        """Every problem of the whole rollout in one UpgradeRefused, or the plan."""
-        request = self.request
-        if not request.desired.matrix:
+    def select(self, cluster: NodeApi, request: RolloutRequest) -> list[LiveNode]:
+        if not self.desired.matrix:
             raise UpgradeRefused(
                 "no support matrix in desired/drivers/: the target image cannot be checked"
             )
-        selection = self._selection()
-        names = [n.name for n in selection]
-        if request.canary is not None and request.canary not in names:
-            raise UpgradeRefused(f"--canary {request.canary} is not among the selected nodes")
+        return node_selection(cluster, request)
+
+    def sort(self, selection: list[LiveNode]) -> Sorted:
         problems: list[str] = []
         not_gpu = [n.name for n in selection if not drivers.is_gpu_node(n.labels)]
         if not_gpu:
@@ -317,21 +376,19 @@ class Rollout:
                 f'not GPU nodes ({drivers.GPU_PRESENT} is not "true"): {", ".join(not_gpu)}'
             )
         gpu = [n for n in selection if n.name not in not_gpu]
-        done = [n.name for n in gpu if at_target(n, request.version)]
+        done = [n.name for n in gpu if at_target(n, self.version)]
         todo = [n for n in gpu if n.name not in done]
-        tags: dict[str, str] = {}
         missing: dict[str, list[str]] = {}
+        major = drivers.split_driver_version(self.version)[0]
         for node in todo:
-            job = self._job(node.name)
-            labels = {**node.labels, drivers.DRIVER_MAJOR: job.major}
+            labels = {**node.labels, drivers.DRIVER_MAJOR: major}
             try:
                 tag = drivers.node_tag(node.name, labels)
             except drivers.TagError as e:
                 problems.append(str(e))
                 continue
-            tags[node.name] = tag
-            if tag not in request.desired.matrix_tags:
-                row = f"{job.major},{labels[drivers.KERNEL]},{labels[drivers.OS_ID]}{labels[drivers.OS_VERSION]}"
+            if tag not in self.desired.matrix_tags:
+                row = f"{major},{labels[drivers.KERNEL]},{labels[drivers.OS_ID]}{labels[drivers.OS_VERSION]}"
                 missing.setdefault(row, []).append(node.name)
         if missing:
             rows = "; ".join(
@@ -341,13 +398,68 @@ class Rollout:
                 f"{len(missing)} driver image(s) are not in the support matrix: build and push "
                 f"them, then add the row(s) to desired/drivers/: {rows}"
             )
-        limit = limit_of(request.max_unavailable, len(gpu))
+        return Sorted(todo, done, gpu, problems)
+
+    def evictable(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return pods  # a driver change takes every pod off the node, as kubectl drain
+
+    def past_drain(self, live: LiveNode) -> bool:
+        return self._job(live.name).start_index(live) > STATES.index(DRAIN_REQUIRED)
+
+    def prepare(self, node: str) -> Callable[[], None]:
+        job = self._job(node)
+        # The batch's budgets were waited for; an eviction still refused is retried
+        # until --timeout by the drain.
+        start, tag, evictions = job.preflight(self.ops.cluster.get_node(node), check_budgets=False)
+        return lambda: job.run(start, tag, evictions)
+
+    def fail_unstarted(self, node: str, reason: str) -> str:
+        """Labelled upgrade-failed, as the operator marks a node it could not drain."""
+        left = f"is labelled {UPGRADE_FAILED}"
+        try:
+            self.ops.cluster.patch_node(node, {"metadata": {"labels": {STATE: UPGRADE_FAILED}}})
+        except ReconcileError as e:
+            left = f"could not be labelled {UPGRADE_FAILED} ({e})"
+        else:
+            self.ops.emit(Step(node, STATE, UPGRADE_FAILED))
+        return (
+            f"{reason}; {node} {left}, neither cordoned nor drained by this run: let the "
+            "budget recover (or change it), then rerun"
+        )
+
+
+class Rollout:
+    def __init__(self, request: RolloutRequest, work: Work, ops: NodeOps) -> None:
+        self.request = request
+        self.work = work
+        self.ops = ops
+        self.cluster = ops.cluster
+        self.note = ops.note
+        self.sleep = ops.sleep
+        self.clock = ops.clock
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._active: set[str] = set()  # started, not finished
+
+    # --- preflight --------------------------------------------------------------------------
+
+    def preflight(self) -> RolloutPlan:
+        """Every problem of the whole rollout in one UpgradeRefused, or the plan."""
+        request = self.request
+        selection = self.work.select(self.cluster, request)
+        names = [n.name for n in selection]
+        if request.canary is not None and request.canary not in names:
+            raise UpgradeRefused(f"--canary {request.canary} is not among the selected nodes")
+        found = self.work.sort(selection)
+        problems = list(found.problems)
+        todo, done = found.todo, found.done
+        limit = limit_of(request.max_unavailable, len(found.pool))
         already = [n.name for n in todo if _unavailable(n)] + [
-            n.name for n in gpu if n.name in done and _unavailable(n)
+            n.name for n in found.pool if n.name in done and _unavailable(n)
         ]
         if len(already) >= limit:
             problems.append(
-                f"{len(already)} of the selected GPU nodes are unavailable already "
+                f"{len(already)} of the selected nodes are unavailable already "
                 f"({', '.join(already)}), and --max-unavailable allows {limit}"
             )
         batches = self._batches([n.name for n in todo], min(request.max_parallel, limit))
@@ -375,7 +487,7 @@ class Rollout:
             )
             for batch in batches
         ]
-        return RolloutPlan(tuple(rooms), tuple(done), limit, tags)
+        return RolloutPlan(tuple(rooms), tuple(done), limit)
 
     def _batches(self, names: list[str], width: int) -> list[Batch]:
         canary = self.request.canary
@@ -388,6 +500,13 @@ class Rollout:
             batches.append(Batch(len(batches) + 1, tuple(names[start : start + width])))
         return batches
 
+    def _drained(self, pods: list[dict[str, Any]]) -> list[PodToEvict]:
+        return pods_to_evict(
+            self.work.evictable(pods),
+            ignore_daemonsets=self.ops.ignore_daemonsets,
+            force=self.ops.force,
+        )
+
     def _batch_evictions(
         self, batch: Batch, on_node: Mapping[str, list[dict[str, Any]]], problems: list[str]
     ) -> list[PodToEvict]:
@@ -396,11 +515,7 @@ class Rollout:
         evictions: list[PodToEvict] = []
         for node in batch.nodes:
             try:
-                evictions += pods_to_evict(
-                    on_node.get(node, []),
-                    ignore_daemonsets=self.request.ignore_daemonsets,
-                    force=self.request.force,
-                )
+                evictions += self._drained(on_node.get(node, []))
             except UpgradeRefused as e:
                 problems.append(f"{node}: {e}")
         return evictions
@@ -417,18 +532,24 @@ class Rollout:
             for namespace in sorted({p.namespace for p in evictions} - budgets.keys()):
                 budgets[namespace] = self.cluster.budgets(namespace)
             subject = f"batch {batch.number} ({', '.join(batch.nodes)})"
-            problems += budget_blockers(evictions, budgets, subject, self.declared, at_best=True)
+            problems += budget_blockers(
+                evictions, budgets, subject, self.ops.declared, at_best=True
+            )
         return problems
 
     # --- execution --------------------------------------------------------------------------
 
-    def run(self, plan: RolloutPlan) -> RolloutResult:
+    def run(self, plan: RolloutPlan, gate: Gate | None = None) -> RolloutResult:
+        """The batches in order until done, the first failure, or `stop()`. `gate`, when
+        given, is asked after each batch but the last whether the next may start: None
+        lets it, a reason halts the rollout there (the nodes after it not started)."""
         done: list[str] = []
         failed: list[tuple[str, str]] = []
         started: set[str] = set()
+        halted: str | None = None
         selection = set(plan.targets) | set(plan.done)
-        for batch in plan.batches:
-            if failed or self._stop.is_set():
+        for index, batch in enumerate(plan.batches):
+            if failed or halted or self._stop.is_set():
                 break
             try:
                 blocked = self._wait_for_budgets(batch)
@@ -439,7 +560,7 @@ class Rollout:
             if blocked is not None:
                 for node in batch.nodes:
                     started.add(node)
-                    failed.append((node, self._fail_unstarted(node, blocked)))
+                    failed.append((node, self.work.fail_unstarted(node, blocked)))
                 break
 
             def one(node: str) -> None:
@@ -449,7 +570,7 @@ class Rollout:
                     self._wait_for_room(node, selection, plan.limit)
                     with self._lock:
                         started.add(node)
-                    self._upgrade(node)
+                    self._run_node(node)
                 except ReconcileError as e:
                     with self._lock:
                         failed.append((node, str(e)))
@@ -462,22 +583,25 @@ class Rollout:
 
             with ThreadPoolExecutor(max_workers=len(batch.nodes)) as pool:
                 list(pool.map(one, batch.nodes))
+            last = index == len(plan.batches) - 1
+            if gate is not None and not failed and not last and not self._stop.is_set():
+                halted = gate(batch)
         not_started = tuple(n for n in plan.targets if n not in started)
-        return RolloutResult(tuple(sorted(done)), tuple(failed), not_started, plan.done)
+        return RolloutResult(tuple(sorted(done)), tuple(failed), not_started, plan.done, halted)
 
     def stop(self) -> None:
-        """Start no other node (the ones in flight finish their current upgrade)."""
+        """Start no other node (the ones in flight finish their current step)."""
         self._stop.set()
 
     def _wait_for_room(self, node: str, selection: set[str], limit: int) -> None:
         """Before a cordon: the live unavailable count of the selection, with this node,
         may not exceed the limit. Waits (another node of the batch may be uncordoning)."""
-        deadline = self.clock() + self.request.timeout
+        deadline = self.clock() + self.ops.timeout
         while True:
             with self._lock:
                 live = [
                     n
-                    for n in self.cluster.list_nodes(label_selector=drivers.GPU_NODES)
+                    for n in self.cluster.list_nodes(label_selector=self.work.nodes_selector)
                     if n.name in selection
                 ]
                 # Nodes of this run already started count even before their cordon lands.
@@ -488,7 +612,7 @@ class Rollout:
             if self.clock() >= deadline:
                 raise UpgradeFailed(
                     f"{node}: {len(busy)} selected node(s) stayed unavailable "
-                    f"({', '.join(sorted(busy))}) for {self.request.timeout:g}s: "
+                    f"({', '.join(sorted(busy))}) for {self.ops.timeout:g}s: "
                     f"--max-unavailable allows {limit}; nothing was done to {node}"
                 )
             self.sleep(WAIT_POLL_SECONDS)
@@ -496,14 +620,10 @@ class Rollout:
     def _evictions(self, node: str) -> list[PodToEvict]:
         """What the node's drain will evict (none when a resumed run is past its drain,
         or when the node's own preflight will refuse it, and say why)."""
-        if self._job(node).start_index(self.cluster.get_node(node)) > STATES.index(DRAIN_REQUIRED):
+        if self.work.past_drain(self.cluster.get_node(node)):
             return []
         try:
-            return pods_to_evict(
-                self.cluster.pods_on(node),
-                ignore_daemonsets=self.request.ignore_daemonsets,
-                force=self.request.force,
-            )
+            return self._drained(self.cluster.pods_on(node))
         except UpgradeRefused:
             return []
 
@@ -513,7 +633,8 @@ class Rollout:
         the previous batch may still be starting). None when they do, or when the rollout
         is stopped; else why they did not in time."""
         subject = f"batch {batch.number} ({', '.join(batch.nodes)})"
-        deadline = self.clock() + self.request.timeout
+        timeout = self.ops.timeout
+        deadline = self.clock() + timeout
         said: list[str] = []
         while True:
             evictions = [pod for node in batch.nodes for pod in self._evictions(node)]
@@ -524,7 +645,7 @@ class Rollout:
                 return None
             if self.clock() >= deadline:
                 return (
-                    f"timed out after {self.request.timeout:g}s waiting for the budgets to "
+                    f"timed out after {timeout:g}s waiting for the budgets to "
                     f"allow the drain of {subject}: " + "; ".join(waits)
                 )
             if waits != said:  # said when the reason changes, not at every poll
@@ -532,34 +653,15 @@ class Rollout:
                 for reason in waits:
                     self.note(
                         f"waiting: {reason}; {subject} starts when it allows the drain "
-                        f"(up to {self.request.timeout:g}s)"
+                        f"(up to {timeout:g}s)"
                     )
             self.sleep(min(BUDGET_POLL_SECONDS, max(0.0, deadline - self.clock())))
 
-    def _fail_unstarted(self, node: str, reason: str) -> str:
-        """A node whose batch could not start: labelled upgrade-failed, as the operator
-        marks a node it could not drain; the failure as the rollout reports it."""
-        left = f"is labelled {UPGRADE_FAILED}"
-        try:
-            self.cluster.patch_node(node, {"metadata": {"labels": {STATE: UPGRADE_FAILED}}})
-        except ReconcileError as e:
-            left = f"could not be labelled {UPGRADE_FAILED} ({e})"
-        else:
-            self.emit(Step(node, STATE, UPGRADE_FAILED))
-        return (
-            f"{reason}; {node} {left}, neither cordoned nor drained by this run: let the "
-            "budget recover (or change it), then rerun"
-        )
-
-    def _upgrade(self, node: str) -> None:
-        job = self._job(node)
-        live = self.cluster.get_node(node)
-        # The batch's budgets were waited for; an eviction still refused is retried
-        # until --timeout by the drain.
-        start, tag, evictions = job.preflight(live, check_budgets=False)
+    def _run_node(self, node: str) -> None:
+        run = self.work.prepare(node)
         if self.request.wait_for_completion:
             self._wait_for_pods(node)
-        job.run(start, tag, evictions)
+        run()
 
     def _wait_for_pods(self, node: str) -> None:
         """The operator's waitForCompletion: pods matching the selector on the node finish
@@ -581,5 +683,5 @@ class Rollout:
                     f"{self.request.wait_timeout:g}s: {', '.join(running)}; nothing was done to "
                     f"{node}"
                 )
-            self.emit(Step(node, "waiting-for", ",".join(running)))
+            self.ops.emit(Step(node, "waiting-for", ",".join(running)))
             self.sleep(WAIT_POLL_SECONDS)

@@ -305,6 +305,24 @@ def budget_waits(
     return problems
 
 
+@dataclass(frozen=True)
+class NodeOps:
+    """What a node's operation works with: the cluster, where its steps and notes go,
+    the budgets desired/ declares, how its drain goes (evictions retried for up to
+    `timeout` seconds; DaemonSet pods left, bare pods evicted, as kubectl drain's flags),
+    and the time it waits by."""
+
+    cluster: NodeApi
+    emit: Callable[[Step], None]
+    note: Callable[[str], None]
+    declared: Declared = field(default_factory=dict)
+    timeout: float = 300.0
+    ignore_daemonsets: bool = False
+    force: bool = False
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+
 def at_target(live: LiveNode, version: str) -> bool:
     """The node runs `version` already and no upgrade of it is in progress: nothing to do
     (a node in the middle of an upgrade to the same version is resumed instead)."""
@@ -530,6 +548,26 @@ class Upgrade:
         )
 
     def _drain(self, evictions: list[PodToEvict]) -> None:
+        Drain(self.cluster, self.timeout, self.emit, self.note, self._fail, self.sleep, self.clock)(
+            evictions
+        )
+
+
+@dataclass(frozen=True)
+class Drain:
+    """A node's drain: each pod evicted through the Eviction API (a refusal by a budget
+    retried every EVICTION_RETRY_SECONDS, said once per reason), then each waited for
+    until it is gone, all within `timeout` seconds; `fail` says why it could not."""
+
+    cluster: NodeApi
+    timeout: float
+    emit: Callable[[Step], None]
+    note: Callable[[str], None]
+    fail: Callable[[str], NoReturn]
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    def __call__(self, evictions: list[PodToEvict]) -> None:
         deadline = self.clock() + self.timeout
         for pod in evictions:
             self._evict(pod, deadline)
@@ -548,7 +586,7 @@ class Upgrade:
                 reason = e.message + (f" ({causes})" if causes else "")
                 remaining = deadline - self.clock()
                 if remaining <= 0:
-                    self._fail(f"timed out after {self.timeout:g}s evicting {pod.id}: {reason}")
+                    self.fail(f"timed out after {self.timeout:g}s evicting {pod.id}: {reason}")
                 if reason != said:  # once per reason, not once per retry
                     said = reason
                     self.note(
@@ -558,7 +596,7 @@ class Upgrade:
                 self.sleep(min(EVICTION_RETRY_SECONDS, remaining))
                 continue
             except ApiError as e:
-                self._fail(f"evicting {pod.id}: {e.message or e}")
+                self.fail(f"evicting {pod.id}: {e.message or e}")
             self.emit(Step(pod.id, "evicted"))
             return
 
@@ -568,5 +606,5 @@ class Upgrade:
             if found is None or str((found.get("metadata") or {}).get("uid")) != pod.uid:
                 return
             if self.clock() >= deadline:
-                self._fail(f"timed out after {self.timeout:g}s waiting for {pod.id} to terminate")
+                self.fail(f"timed out after {self.timeout:g}s waiting for {pod.id} to terminate")
             self.sleep(DELETION_POLL_SECONDS)

@@ -100,7 +100,7 @@ class _Watch:
 
 def test_state_changes_become_events_and_a_tally_other_steps_pass_through() -> None:
     watch = _Watch()
-    events = _StateEvents(watch)
+    events = _StateEvents(watch, "nvidia.com/gpu-driver-upgrade-state", "upgrade-done")
     events(Step("n0", STATE, "upgrade-required"))
     events(Step("n0", "spec.unschedulable", "true"))
     events(Step("n1", STATE, "upgrade-required"))
@@ -131,7 +131,7 @@ def test_a_signal_stops_the_rollout_and_a_finished_run_ends_the_watcher_quietly(
 
 
 def test_a_dry_runs_document_is_its_plan() -> None:
-    planned = RolloutDocument.of(VERSION, RolloutPlan((), ("n0",), 1), dry_run=True)
+    planned = RolloutDocument.of(RolloutPlan((), ("n0",), 1), dry_run=True, driver=VERSION)
     rolled = RolledOut(planned, DesiredAfter())
     assert rolled.document is planned
     assert rolled.outcome is None

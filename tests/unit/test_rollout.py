@@ -17,6 +17,7 @@ from reconcile.desired.reader import load_desired
 from reconcile.diagnostics import ApiError, TooManyRequests
 from reconcile.gpu.rollout import (
     Batch,
+    DriverWork,
     Rollout,
     RolloutDocument,
     RolloutOutcome,
@@ -26,6 +27,7 @@ from reconcile.gpu.rollout import (
     StateEvent,
 )
 from reconcile.gpu.upgrade import (
+    NodeOps,
     PodToEvict,
     Step,
     UpgradeRefused,
@@ -220,19 +222,13 @@ def desired(tmp_path: Path) -> DesiredState:
 def _rollout(
     cluster: _Cluster, clock: _Clock, desired: DesiredState, notes: list[str], **options: Any
 ) -> Rollout:
-    request = RolloutRequest(
-        "550.90.07", desired, selector="pool=p", max_unavailable="1", **options
-    )
+    timeout = options.pop("timeout", 300.0)
+    request = RolloutRequest(selector="pool=p", max_unavailable="1", **options)
     steps: list[Step] = []
-    return Rollout(
-        request,
-        cluster,
-        emit=steps.append,
-        note=notes.append,
-        declared={},
-        sleep=clock.sleep,
-        clock=clock,
+    ops = NodeOps(
+        cluster, steps.append, notes.append, timeout=timeout, sleep=clock.sleep, clock=clock
     )
+    return Rollout(request, DriverWork("550.90.07", desired, ops), ops)
 
 
 def _replace_after_uncordon(cluster: _Cluster, clock: _Clock, starting: float) -> None:
@@ -381,7 +377,7 @@ PLAN = RolloutPlan(
 
 
 def test_a_dry_runs_document_is_the_plan_with_its_keys_in_order() -> None:
-    document = RolloutDocument.of("550.90.07", PLAN, dry_run=True)
+    document = RolloutDocument.of(PLAN, dry_run=True, driver="550.90.07")
     assert json.dumps(document.model_dump(mode="json"), indent=2) == json.dumps(
         {
             "apiVersion": "reconcile.dev/v1alpha1",
@@ -400,7 +396,7 @@ def test_a_dry_runs_document_is_the_plan_with_its_keys_in_order() -> None:
 
 
 def test_the_outcome_adds_what_happened_after_the_plan_and_names_the_failure() -> None:
-    planned = RolloutDocument.of("550.90.07", PLAN, dry_run=False)
+    planned = RolloutDocument.of(PLAN, dry_run=False, driver="550.90.07")
     event = StateEvent(time="2026-12-03T15:00:00Z", node="n2", state="upgrade-required")
     outcome = RolloutOutcome.after(
         planned,
@@ -432,7 +428,7 @@ def test_the_outcome_adds_what_happened_after_the_plan_and_names_the_failure() -
 
 
 def test_an_outcome_with_nothing_failed_or_left_is_ok_and_says_none() -> None:
-    planned = RolloutDocument.of("550.90.07", PLAN, dry_run=False)
+    planned = RolloutDocument.of(PLAN, dry_run=False, driver="550.90.07")
     outcome = RolloutOutcome.after(planned, RolloutResult((), (), (), ()), [])
     assert outcome.ok
     assert outcome.summary == "done: none; not started: none"

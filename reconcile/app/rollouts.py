@@ -25,6 +25,7 @@ from reconcile.diagnostics import ReconcileError
 # and Pacing while it registers its GPU commands, `sanitize` among them, which start fast.
 if TYPE_CHECKING:
     from reconcile.desired.models import DesiredState
+    from reconcile.gpu.change import NodeStatus
     from reconcile.gpu.rollout import (
         Gate,
         Rollout,
@@ -392,3 +393,115 @@ def _stop_when(stopped: list[int], stop: Callable[[], None], over: threading.Eve
         if over.wait(STOP_POLL_SECONDS):
             return
     stop()
+
+
+# --- disruptive facts -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FactRollout:
+    """What `reconcile rollout` is asked: the nodes to take (a selector; every node that
+    plans a disruptive change when None), how they move, how long each may take to
+    report its state and offer what it should, whether a node's failure stops the
+    rollout, how long each batch stays healthy before the next, and each node's drain."""
+
+    selector: str | None = None
+    pacing: Pacing = Pacing()
+    document: bool = False
+    dry_run: bool = False
+    timeout: float = 300.0
+    settle_timeout: float = 1800.0
+    keep_going: bool = False
+    bake: float = 0.0
+    ignore_daemonsets: bool = False
+    force: bool = False
+    cluster: str | None = None
+
+
+def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) -> RolledOut:
+    """The disruptive facts the plan of desired/ holds (and the nodes a run left midway),
+    rolled out in batches: the plan's blocking findings and every batch's drain
+    preflighted before the first write (UpgradeRefused naming every problem), then,
+    unless a dry run, node by node: cordon, drain its GPU pods, write, wait for the
+    operator's state, verify, uncordon."""
+    from reconcile.engine.operations import PlanRequest
+    from reconcile.gpu import change, operations
+    from reconcile.gpu import checks as gpu
+    from reconcile.gpu.rollout import Rollout
+    from reconcile.gpu.upgrade import NodeOps
+
+    target = one_target(session, request.cluster, "rollout")
+    state = target.state
+    cluster = session.connect(None, target)
+    plan = gpu.plan(PlanRequest(state), cluster)
+    events = _StateEvents(watch, change.PHASE, change.ROLLOUT_DONE)
+    ops = operations.with_declared(
+        NodeOps(
+            cluster,
+            events,
+            watch.note,
+            timeout=request.timeout,
+            ignore_daemonsets=request.ignore_daemonsets,
+            force=request.force,
+        ),
+        state,
+    )
+    planned = {n.name: n for n in plan.nodes if any(c.rollout for c in n.changes)}
+    work = change.FactWork(
+        planned,
+        {name: operations.fresh_replan(state, plan) for name in planned},
+        gpu.mig_table(state)[0],
+        ops,
+        problems=tuple(
+            f"{f.subject}: {f.message}"
+            for f in plan.findings
+            if f.blocksApply and f.kind != gpu.ROLLOUT_REQUIRED
+        ),
+        settle_timeout=request.settle_timeout,
+    )
+    pool = replace(
+        _pool_request((), request.selector, request.pacing), keep_going=request.keep_going
+    )
+    job = Rollout(pool, work, ops)
+    rollout = job.preflight()
+    facts = {
+        name: {c.key: c.after for c in planned[name].changes if c.rollout}
+        for name in rollout.targets
+        if name in planned
+    }
+    document = rollout_document(rollout, request.dry_run, facts=facts)
+    watch.planned(document)
+    if request.dry_run or not rollout.batches:
+        return RolledOut(document, DesiredAfter())
+    gate = change.bake_gate(request.bake, ops) if request.bake else None
+    outcome, stopped = run_stoppable(job, rollout, document, events, gate)
+    return RolledOut(document, DesiredAfter(), outcome, stopped)
+
+
+def rollout_status(
+    session: Session, cluster_name: str | None, stuck_after: float
+) -> list[NodeStatus]:
+    """Each node with something to say about a rollout (gpu/change.py `status`): the
+    nodes as they are now, the plan's disruptive changes when desired/ is there, the
+    pods on those nodes and their namespaces' budgets."""
+    from reconcile.engine.operations import PlanRequest
+    from reconcile.gpu import change
+    from reconcile.gpu import checks as gpu
+
+    target = one_target(session, cluster_name, "rollout status")
+    cluster = session.connect(None, target)
+    plan = gpu.plan(PlanRequest(target.state), cluster)
+    planned = {n.name: n for n in plan.nodes if any(c.rollout for c in n.changes)}
+    nodes = cluster.list_nodes()
+    involved = [n.name for n in nodes if n.name in planned or change.PHASE in n.annotations]
+    pods = cluster.pods_on_nodes(involved) if involved else []
+    namespaces = sorted({str(p["metadata"]["namespace"]) for p in pods})
+    budgets = {ns: cluster.budgets(ns) for ns in namespaces}
+    return change.status(
+        nodes,
+        planned,
+        pods,
+        budgets,
+        stuck_after=stuck_after,
+        now=datetime.datetime.now(datetime.UTC),
+    )

@@ -43,7 +43,7 @@ YOUNG_GC_THRESHOLD: Final = 200_000
 # command -> the module of reconcile.cli that defines it, imported when it is asked for.
 COMMANDS: Final = {
     **dict.fromkeys(("validate", "plan", "apply"), "reconciling"),
-    **dict.fromkeys(("sanitize", "audit", "drivers", "report", "upgrade"), "gpu"),
+    **dict.fromkeys(("sanitize", "audit", "drivers", "report", "upgrade", "rollout"), "gpu"),
     **dict.fromkeys(("placement", "import", "rbac", "schemas", "completion", "sandbox"), "toolbox"),
     "watch": "watching",
 }

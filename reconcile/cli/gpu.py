@@ -319,6 +319,116 @@ def upgrade(
     return view.exit_code(result)
 
 
+@main.group("rollout", invoke_without_command=True)
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.option(
+    "-l", "--selector", metavar="SELECTOR", help="Only the nodes it selects (default: all)."
+)
+@_pacing_options
+@click.option(
+    "--dry-run", is_flag=True, help="Run the preflight and print the batches, change nothing."
+)
+@click.option(
+    "--timeout",
+    default="300s",
+    show_default=True,
+    callback=duration,
+    help="How long a node's evictions may take (retried every 5 s).",
+)
+@click.option(
+    "--state-timeout",
+    "settle_timeout",
+    default="30m",
+    show_default=True,
+    callback=duration,
+    metavar="DURATION",
+    help="How long a node may take to report success and offer the new resources.",
+)
+@click.option(
+    "--bake",
+    default="0s",
+    callback=duration,
+    metavar="DURATION",
+    help="Keep each batch healthy this long before the next starts.",
+)
+@click.option(
+    "--halt-on-failure/--continue",
+    "halt",
+    default=True,
+    show_default=True,
+    help="Stop at the first node that fails, or go on with the others.",
+)
+@click.option(
+    "--ignore-daemonsets", is_flag=True, help="Leave DaemonSet pods that use GPUs in place."
+)
+@click.option("--force", is_flag=True, help="Also evict GPU pods that no controller recreates.")
+@click.option("--cluster", metavar="NAME", help="In a fleet: the cluster to roll out on.")
+def rollout(
+    session: Session,
+    output: Format,
+    selector: str | None,
+    pacing: Pacing,
+    halt: bool,
+    **options: Any,
+) -> int:
+    """Roll out the disruptive facts of the plan (a MIG layout, an operand's deploy
+    label, the device plugin's config): in batches, each node cordoned, its GPU pods
+    drained within the budgets, the facts written, the operator's state label waited
+    for, what the node offers verified, then uncordoned.
+
+    \b
+    Everything is preflighted before the first write (the plan's blocking findings, each
+    batch's drain against the budgets). Each node's phase is kept in its
+    reconcile.dev/rollout-phase annotation: an interrupted run resumes where it stopped.
+    `reconcile rollout status` says where each node is and what blocks it.
+    """
+    if click.get_current_context().invoked_subcommand is not None:
+        return EXIT_OK
+    from reconcile.app import rollouts
+    from reconcile.cli.views import view_for
+
+    if pacing.canary is not None:
+        check_node_name(pacing.canary)
+    request = rollouts.FactRollout(
+        selector,
+        pacing,
+        document=output is Format.JSON,
+        keep_going=not halt,
+        **options,
+    )
+    view = _UpgradeView(view_for(output), dry_run=request.dry_run)
+    result = rollouts.roll_out_facts(session, request, view)
+    view.render(result)
+    return view.exit_code(result)
+
+
+@rollout.command("status")
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.option("--cluster", metavar="NAME", help="In a fleet: the cluster to look at.")
+@click.option(
+    "--stuck-after",
+    default="15m",
+    show_default=True,
+    callback=duration,
+    metavar="DURATION",
+    help="When a node waiting on the operator counts as stuck.",
+)
+def rollout_status(
+    session: Session, output: Format, cluster: str | None, stuck_after: float
+) -> int:
+    """Where each node of a rollout is: `<node> <state> <for> <what blocks it>`, for the
+    nodes in a rollout, waiting on the operator, failed, or planning a disruptive change.
+    Exit 0 when nothing blocks, 1 when something does."""
+    from reconcile.app import rollouts
+    from reconcile.cli.views import view_for
+
+    found = rollouts.rollout_status(session, cluster, stuck_after)
+    view_for(output).rollout_status(found)
+    return EXIT_DRIFT if any(n.blocked for n in found) else EXIT_OK
+
+
 class _UpgradeView:
     """`upgrade`'s output. One node: each step as it happens. A pool: what `view` shows
     of it (text: its batches, `<node> <state>` per state change under a progress line on

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from reconcile.engine.plan import MissingNode, ObjectPlan, Plan
     from reconcile.engine.rbac import RbacObject
     from reconcile.engine.results import ApplyResult
+    from reconcile.gpu.change import NodeStatus
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report, Tag
     from reconcile.gpu.rollout import BatchEntry, RolloutDocument
@@ -191,6 +192,10 @@ class View:
     def rollout(self, document: RolloutDocument) -> None:
         """A pool's rollout when it ends."""
         raise self._unrendered("a rollout")
+
+    def rollout_status(self, nodes: Sequence[NodeStatus]) -> None:
+        """Where each node of a rollout is, and what blocks it."""
+        raise self._unrendered("a rollout's status")
 
     def watched_nodes(
         self, when: str, event: str, node: str, changes: Sequence[NodeChange]
@@ -335,7 +340,17 @@ class TextView(View):
         self.out.writelines(value + "\n" for _, value in results if value)
 
     def rollout_planned(self, rollout: RolloutDocument, marker: str) -> None:
-        lines = [f"{node} done (already on {rollout.driver})" for node in rollout.alreadyDone]
+        if rollout.driver is not None:
+            lines = [f"{node} done (already on {rollout.driver})" for node in rollout.alreadyDone]
+        else:
+            from reconcile.engine.facts import shown_value
+
+            lines = [f"{node} done (nothing to roll out)" for node in rollout.alreadyDone]
+            lines += [
+                f"{node} {key} {shown_value(value)} (rollout)"
+                for node, facts in (rollout.facts or {}).items()
+                for key, value in facts.items()
+            ]
         lines += [
             f"batch {number}: {','.join(b.nodes)}{' (canary)' if b.canary else ''}{_room(b)}"
             for number, b in enumerate(rollout.batches, 1)
@@ -350,6 +365,17 @@ class TextView(View):
 
     def rollout(self, document: RolloutDocument) -> None:
         """Nothing: each node's state was shown as it moved."""
+
+    def rollout_status(self, nodes: Sequence[NodeStatus]) -> None:
+        """`<node> <state> <for> <what blocks it>` (`-` for an unknown time, `OK` when
+        nothing blocks), or the single line `OK` when no node has anything to say."""
+        from reconcile.gpu.change import shown_age
+
+        if not nodes:
+            self.out.write("OK\n")
+        for n in nodes:
+            age = shown_age(n.seconds)
+            self.out.write(f"{n.node} {n.state} {age} {n.reason if n.blocked else 'OK'}\n")
 
     def watched_nodes(
         self, when: str, event: str, node: str, changes: Sequence[NodeChange]
@@ -645,6 +671,9 @@ class JsonView(_Composed):
 
     def rollout(self, document: RolloutDocument) -> None:
         self._write(document.model_dump(mode="json"))
+
+    def rollout_status(self, nodes: Sequence[NodeStatus]) -> None:
+        self._write([n.model_dump(mode="json") for n in nodes])
 
     def watched_nodes(
         self, when: str, event: str, node: str, changes: Sequence[NodeChange]

@@ -1,8 +1,8 @@
 """The node annotations reconcile writes itself, which desired/ may therefore not declare.
 
 The inventories list the facts reconcile manages on a node (what `--prune` may remove),
-as nfd-master keeps `nfd.node.kubernetes.io/feature-labels`; a driver rollout marks the
-node it works on. A declared value would be overwritten by every apply (which then never
+as nfd-master keeps `nfd.node.kubernetes.io/feature-labels`; a driver upgrade and a
+rollout of disruptive facts mark the node they work on. A declared value would be overwritten by every apply (which then never
 converges) and a declared `null` would delete what prune relies on.
 """
 
@@ -18,6 +18,11 @@ ANNOTATION_INVENTORY: Final = f"{_GROUP}/managed-annotations"
 TAINT_INVENTORY: Final = f"{_GROUP}/managed-taints"
 UPGRADE_TARGET: Final = f"{_GROUP}/upgrade-target"
 UPGRADE_WAS_CORDONED: Final = f"{_GROUP}/upgrade-was-cordoned"
+ROLLOUT_PHASE: Final = f"{_GROUP}/rollout-phase"
+ROLLOUT_WAS_CORDONED: Final = f"{_GROUP}/rollout-was-cordoned"
+ROLLOUT_CHECKS: Final = f"{_GROUP}/rollout-checks"
+ROLLOUT_FAILED: Final = f"{_GROUP}/rollout-failed"
+ROLLOUT_SINCE: Final = f"{_GROUP}/rollout-phase-since"
 
 _INVENTORY: Final = (
     "reconcile writes it on every apply from what desired/ declares (the facts it "
@@ -27,6 +32,10 @@ _ROLLOUT: Final = (
     "`reconcile upgrade` writes it while it changes the node's driver and removes it "
     "when done: run `reconcile upgrade` instead"
 )
+_FACT_ROLLOUT: Final = (
+    "`reconcile rollout` writes it while it rolls disruptive facts out on the node and "
+    "removes it when done: run `reconcile rollout` instead"
+)
 # Key -> why it may not be declared, and what to do instead.
 RECONCILE_ANNOTATIONS: Final = {
     LABEL_INVENTORY: _INVENTORY,
@@ -34,6 +43,11 @@ RECONCILE_ANNOTATIONS: Final = {
     TAINT_INVENTORY: _INVENTORY,
     UPGRADE_TARGET: _ROLLOUT,
     UPGRADE_WAS_CORDONED: _ROLLOUT,
+    ROLLOUT_PHASE: _FACT_ROLLOUT,
+    ROLLOUT_WAS_CORDONED: _FACT_ROLLOUT,
+    ROLLOUT_CHECKS: _FACT_ROLLOUT,
+    ROLLOUT_FAILED: _FACT_ROLLOUT,
+    ROLLOUT_SINCE: _FACT_ROLLOUT,
 }
 
 

@@ -102,6 +102,9 @@ def mig_layouts(projection: Projection) -> Iterable[Finding]:
             )
 
 
+ROLLOUT_REQUIRED: Final = "rollout-required"
+
+
 def busy_rollouts(projection: Projection) -> Iterable[Finding]:
     """A disruptive fact (a MIG layout, an operand, the device plugin's config) planned on
     a node where pods use GPUs: the operator would act under them, so apply refuses it
@@ -125,7 +128,7 @@ def busy_rollouts(projection: Projection) -> Iterable[Finding]:
         then = f", wait for {state.label}={state.done[0]}" if state else ""
         yield Finding(
             severity=Severity.ERROR,
-            kind="rollout-required",
+            kind=ROLLOUT_REQUIRED,
             subject=node.name,
             message=(
                 f"{shown} on a node where {len(users)} pod(s) use GPUs ({named(users)}): "

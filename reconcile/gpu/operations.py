@@ -14,6 +14,7 @@ from reconcile.desired.models import DesiredState, Manifest
 from reconcile.desired.writer import write_labels
 from reconcile.diagnostics import ReconcileError
 from reconcile.engine.grants import Rule
+from reconcile.engine.plan import NodePlan, Plan
 from reconcile.gpu import drivers
 from reconcile.gpu.drivers import AuditFinding, Coverage
 from reconcile.gpu.rollout import Rollout, RolloutPlan, RolloutRequest, Work
@@ -250,6 +251,22 @@ def rollout_plan(request: RolloutRequest, work: Work, ops: NodeOps) -> tuple[Rol
     problem, or the rollout and its batches."""
     job = Rollout(request, work, ops)
     return job, job.preflight()
+
+
+def fresh_replan(state: DesiredState, plan: Plan) -> Callable[[LiveNode], NodePlan | None]:
+    """A node planned again as it is now, from desired/ with the plan's options and the
+    GPU policy (what `apply` does after a conflict)."""
+    from reconcile.engine.groups import node_facts
+    from reconcile.engine.nodes.plan import plan_node
+    from reconcile.gpu.checks import policy
+
+    node_policy = policy(state)
+
+    def replan(live: LiveNode) -> NodePlan | None:
+        want = node_facts(state, live)
+        return None if want is None else plan_node(want, live, prune=plan.prune, policy=node_policy)
+
+    return replan
 
 
 def with_declared(ops: NodeOps, desired: DesiredState) -> NodeOps:

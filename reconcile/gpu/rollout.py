@@ -25,7 +25,7 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -75,6 +75,8 @@ class RolloutRequest:
     # Pods (a label selector) that must finish on a node before it is drained.
     wait_for_completion: str | None = None
     wait_timeout: float = 3600.0
+    # A node's failure does not stop the others (it stays unavailable: the limit counts it).
+    keep_going: bool = False
 
 
 @dataclass(frozen=True)
@@ -258,12 +260,14 @@ def _unavailable(node: LiveNode) -> bool:
 @dataclass(frozen=True)
 class Sorted:
     """A selection sorted by the work: the nodes to do, those done already, the pool the
-    unavailability limit counts (`N%` of it), and what refuses the rollout."""
+    unavailability limit counts (`N%` of it), what refuses the rollout, and the nodes
+    left out with why."""
 
     todo: list[LiveNode]
     done: list[str]
     pool: list[LiveNode]
     problems: list[str]
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 class Work(Protocol):
@@ -451,6 +455,8 @@ class Rollout:
         if request.canary is not None and request.canary not in names:
             raise UpgradeRefused(f"--canary {request.canary} is not among the selected nodes")
         found = self.work.sort(selection)
+        for node, why in found.skipped.items():
+            self.note(f"{node} skipped: {why}")
         problems = list(found.problems)
         todo, done = found.todo, found.done
         limit = limit_of(request.max_unavailable, len(found.pool))
@@ -548,8 +554,9 @@ class Rollout:
         started: set[str] = set()
         halted: str | None = None
         selection = set(plan.targets) | set(plan.done)
+        keep_going = self.request.keep_going
         for index, batch in enumerate(plan.batches):
-            if failed or halted or self._stop.is_set():
+            if (failed and not keep_going) or halted or self._stop.is_set():
                 break
             try:
                 blocked = self._wait_for_budgets(batch)
@@ -564,7 +571,7 @@ class Rollout:
                 break
 
             def one(node: str) -> None:
-                if failed or self._stop.is_set():
+                if (failed and not keep_going) or self._stop.is_set():
                     return
                 try:
                     self._wait_for_room(node, selection, plan.limit)
@@ -584,7 +591,8 @@ class Rollout:
             with ThreadPoolExecutor(max_workers=len(batch.nodes)) as pool:
                 list(pool.map(one, batch.nodes))
             last = index == len(plan.batches) - 1
-            if gate is not None and not failed and not last and not self._stop.is_set():
+            healthy = not failed or keep_going
+            if gate is not None and healthy and not last and not self._stop.is_set():
                 halted = gate(batch)
         not_started = tuple(n for n in plan.targets if n not in started)
         return RolloutResult(tuple(sorted(done)), tuple(failed), not_started, plan.done, halted)

@@ -658,6 +658,11 @@ RECONCILE_ANNOTATIONS = [
     "reconcile.dev/managed-taints",
     "reconcile.dev/upgrade-target",
     "reconcile.dev/upgrade-was-cordoned",
+    "reconcile.dev/rollout-phase",
+    "reconcile.dev/rollout-was-cordoned",
+    "reconcile.dev/rollout-checks",
+    "reconcile.dev/rollout-failed",
+    "reconcile.dev/rollout-phase-since",
 ]
 CONTROLLER_TAINTS = [
     "node.kubernetes.io/unschedulable",
@@ -742,9 +747,17 @@ def test_taints_an_administrator_sets_stay_allowed(tree: Path) -> None:
 def test_the_reserved_annotations_are_the_ones_reconcile_writes() -> None:
     from reconcile.desired.reserved import RECONCILE_ANNOTATIONS as RESERVED
     from reconcile.engine.facts import INVENTORIES
+    from reconcile.desired.reserved import (
+        ROLLOUT_CHECKS,
+        ROLLOUT_FAILED,
+        ROLLOUT_PHASE,
+        ROLLOUT_SINCE,
+        ROLLOUT_WAS_CORDONED,
+    )
     from reconcile.gpu.upgrade import CORDONED_ANNOTATION, TARGET_ANNOTATION
 
-    assert set(RESERVED) == {*INVENTORIES, TARGET_ANNOTATION, CORDONED_ANNOTATION}
+    rollout = {ROLLOUT_PHASE, ROLLOUT_WAS_CORDONED, ROLLOUT_CHECKS, ROLLOUT_FAILED, ROLLOUT_SINCE}
+    assert set(RESERVED) == {*INVENTORIES, TARGET_ANNOTATION, CORDONED_ANNOTATION, *rollout}
     assert sorted(RESERVED) == sorted(RECONCILE_ANNOTATIONS)
 
 

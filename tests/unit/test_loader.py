@@ -702,7 +702,13 @@ def test_annotations_reconcile_writes_itself_may_not_be_declared(
     message = only_error(tree)
 
     assert message.startswith(f'{where}: annotation key "{key}" may not be declared: ')
-    instead = "run `reconcile upgrade` instead" if "upgrade" in key else "declare the facts"
+    instead = (
+        "run `reconcile upgrade` instead"
+        if "upgrade" in key
+        else "run `reconcile rollout` instead"
+        if "rollout" in key
+        else "declare the facts"
+    )
     assert instead in message
 
 

@@ -206,6 +206,9 @@ class FactWork:
     def past_drain(self, live: LiveNode) -> bool:
         return FactJob.start_index(live) > PHASES.index(DRAIN_REQUIRED)
 
+    def resuming(self, live: LiveNode) -> bool:
+        return PHASE in live.annotations
+
     def prepare(self, node: str) -> Callable[[], None]:
         live = self.ops.cluster.get_node(node)
         start = FactJob.start_index(live)

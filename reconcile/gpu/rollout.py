@@ -39,6 +39,7 @@ from reconcile.gpu.upgrade import (
     DRAIN_REQUIRED,
     STATE,
     STATES,
+    TARGET_ANNOTATION,
     UPGRADE_DONE,
     UPGRADE_FAILED,
     NodeOps,
@@ -303,6 +304,10 @@ class Work(Protocol):
         """A resumed node whose drain is behind it."""
         ...
 
+    def resuming(self, live: LiveNode) -> bool:
+        """A node an earlier run left midway (it may be cordoned by that run)."""
+        ...
+
     def prepare(self, node: str) -> Callable[[], None]:
         """The node's own preflight (UpgradeRefused: nothing was written), then its run."""
         ...
@@ -410,6 +415,9 @@ class DriverWork:
     def past_drain(self, live: LiveNode) -> bool:
         return self._job(live.name).start_index(live) > STATES.index(DRAIN_REQUIRED)
 
+    def resuming(self, live: LiveNode) -> bool:
+        return live.annotations.get(TARGET_ANNOTATION) == self.version
+
     def prepare(self, node: str) -> Callable[[], None]:
         job = self._job(node)
         # The batch's budgets were waited for; an eviction still refused is retried
@@ -460,7 +468,8 @@ class Rollout:
         problems = list(found.problems)
         todo, done = found.todo, found.done
         limit = limit_of(request.max_unavailable, len(found.pool))
-        already = [n.name for n in todo if _unavailable(n)] + [
+        # A node an earlier run left midway is unavailable by that run: it resumes first.
+        already = [n.name for n in todo if _unavailable(n) and not self.work.resuming(n)] + [
             n.name for n in found.pool if n.name in done and _unavailable(n)
         ]
         if len(already) >= limit:

@@ -752,7 +752,6 @@ def test_taints_an_administrator_sets_stay_allowed(tree: Path) -> None:
 
 def test_the_reserved_annotations_are_the_ones_reconcile_writes() -> None:
     from reconcile.desired.reserved import RECONCILE_ANNOTATIONS as RESERVED
-    from reconcile.engine.facts import INVENTORIES
     from reconcile.desired.reserved import (
         ROLLOUT_CHECKS,
         ROLLOUT_FAILED,
@@ -760,6 +759,7 @@ def test_the_reserved_annotations_are_the_ones_reconcile_writes() -> None:
         ROLLOUT_SINCE,
         ROLLOUT_WAS_CORDONED,
     )
+    from reconcile.engine.facts import INVENTORIES
     from reconcile.gpu.upgrade import CORDONED_ANNOTATION, TARGET_ANNOTATION
 
     rollout = {ROLLOUT_PHASE, ROLLOUT_WAS_CORDONED, ROLLOUT_CHECKS, ROLLOUT_FAILED, ROLLOUT_SINCE}

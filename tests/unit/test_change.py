@@ -1,0 +1,379 @@
+"""Disruptive facts rolled out node by node (gpu/change.py) on the in-memory cluster: the
+phases in order, the GPU pods drained and the others left, the facts written with the
+operator's stale report removed, the state waited for, the allocatable verified, a
+failure left where a rerun resumes, and what `rollout status` says."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reconcile.desired.models import DesiredState
+from reconcile.desired.reader import load_desired
+from reconcile.desired.reserved import ROLLOUT_CHECKS, ROLLOUT_FAILED, ROLLOUT_PHASE
+from reconcile.engine.operations import PlanRequest
+from reconcile.gpu import change, operations
+from reconcile.gpu import checks as gpu
+from reconcile.gpu.mig import MigTable
+from reconcile.gpu.rollout import Batch, Rollout, RolloutRequest
+from reconcile.gpu.upgrade import NodeOps, Step, UpgradeFailed, UpgradeRefused
+from reconcile.kube.objects import LiveNode
+from tests.fake import BUDGETS, PODS, FakeCluster
+
+STATE = "nvidia.com/mig.config.state"
+A100 = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/gpu.count": "4",
+    "nvidia.com/mig.capable": "true",
+    "nvidia.com/mig.strategy": "mixed",
+    "nvidia.com/mig.config": "all-disabled",
+    STATE: "success",
+}
+NODE = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: NodeFeatures
+metadata: {{name: {name}}}
+labels:
+  nvidia.com/mig.config: {layout}
+"""
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.due: list[tuple[float, Callable[[], None]]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        self.due.append((when, action))
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.01)
+        for entry in sorted(self.due, key=lambda e: e[0]):
+            if entry[0] <= self.now:
+                self.due.remove(entry)
+                entry[1]()
+
+
+class _MigManager:
+    """mig-manager and the device plugin, as far as a test needs: a new layout is
+    answered `after` seconds later with `result` and the allocatable the layout gives."""
+
+    def __init__(self, cluster: FakeCluster, clock: _Clock, *, result: str = "success") -> None:
+        self.cluster, self.clock, self.result = cluster, clock, result
+        patch_node = cluster.patch_node
+
+        def patched(name: str, patch: dict[str, Any]) -> LiveNode:
+            live = patch_node(name, patch)
+            layout = ((patch.get("metadata") or {}).get("labels") or {}).get(
+                "nvidia.com/mig.config"
+            )
+            if layout is not None:
+                clock.at(clock.now + 3, lambda: self.answer(name))
+            return live
+
+        cluster.patch_node = patched  # type: ignore[method-assign]
+
+    def answer(self, name: str) -> None:
+        node = self.cluster.nodes[name]
+        node["metadata"]["labels"][STATE] = self.result
+        if self.result == "success":
+            projected = MigTable.default().projected(
+                node["metadata"]["labels"], node["status"]["allocatable"]
+            )
+            assert not isinstance(projected, str)
+            node["status"]["allocatable"] = dict(projected.allocatable)  # type: ignore[union-attr]
+        node["metadata"]["resourceVersion"] = self.cluster._next_version()
+
+
+def _desired(tmp_path: Path, layouts: dict[str, str]) -> DesiredState:
+    (tmp_path / "nodes").mkdir(exist_ok=True)
+    for name, layout in layouts.items():
+        (tmp_path / "nodes" / f"{name}.yaml").write_text(NODE.format(name=name, layout=layout))
+    state, problems = load_desired(tmp_path)
+    assert not problems
+    return state
+
+
+def _cluster(*names: str, cordoned: tuple[str, ...] = ()) -> FakeCluster:
+    cluster = FakeCluster(namespaces=("default", "train"))
+    for name in names:
+        cluster.add_node(name, dict(A100), unschedulable=name in cordoned)
+        cluster.nodes[name]["status"]["allocatable"] = {"cpu": "32", "nvidia.com/gpu": "4"}
+    return cluster
+
+
+def _gpu_pod(cluster: FakeCluster, name: str, node: str, *, owner: str | None = "rs") -> None:
+    pod = cluster.add_pod("train", name, node, labels={"app": "trainer"}, owner=owner)
+    stored = cluster.objects[cluster._key(PODS, "train", name)]
+    stored["spec"]["containers"] = [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    assert pod
+
+
+class _Run:
+    def __init__(self, tmp_path: Path, cluster: FakeCluster, layouts: dict[str, str]) -> None:
+        self.clock = _Clock()
+        self.cluster = cluster
+        self.state = _desired(tmp_path, layouts)
+        self.steps: list[Step] = []
+        self.notes: list[str] = []
+
+    def rollout(self, **options: Any) -> tuple[Rollout, Any]:
+        settle = options.pop("settle_timeout", 60.0)
+        ops = NodeOps(
+            self.cluster,
+            self.steps.append,
+            self.notes.append,
+            timeout=30.0,
+            sleep=self.clock.sleep,
+            clock=self.clock,
+        )
+        plan = gpu.plan(PlanRequest(self.state), self.cluster)
+        planned = {n.name: n for n in plan.nodes if any(c.rollout for c in n.changes)}
+        work = change.FactWork(
+            planned,
+            {name: operations.fresh_replan(self.state, plan) for name in planned},
+            MigTable.default(),
+            ops,
+            problems=tuple(
+                f"{f.subject}: {f.message}"
+                for f in plan.findings
+                if f.blocksApply and f.kind != gpu.ROLLOUT_REQUIRED
+            ),
+            settle_timeout=settle,
+        )
+        job = Rollout(RolloutRequest(**options), work, ops)
+        return job, job.preflight()
+
+    def phases(self, node: str) -> list[str]:
+        return [s.value for s in self.steps if s.subject == node and s.field == ROLLOUT_PHASE]
+
+
+def test_a_layout_rolls_out_drains_only_gpu_pods_and_leaves_the_node_as_it_was(
+    tmp_path: Path,
+) -> None:
+    cluster = _cluster("n0")
+    _gpu_pod(cluster, "trainer", "n0")
+    cluster.add_pod("train", "logger", "n0", owner="rs")  # no GPU: left running
+    run = _Run(tmp_path, cluster, {"n0": "all-1g.5gb"})
+    _MigManager(cluster, run.clock)
+
+    job, plan = run.rollout()
+    result = job.run(plan)
+
+    assert result.ok and result.done == ("n0",)
+    assert run.phases("n0") == list(change.PHASES)
+    assert ("Pod/train/trainer", "evicted") in [(s.subject, s.field) for s in run.steps]
+    assert cluster.get_pod("train", "trainer") is None
+    assert cluster.get_pod("train", "logger") is not None
+    live = cluster.get_node("n0")
+    assert live.labels["nvidia.com/mig.config"] == "all-1g.5gb"
+    assert live.labels[STATE] == "success"
+    assert change.gpu_allocatable(live) == {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.5gb": "28"}
+    assert not live.unschedulable
+    assert not [k for k in live.annotations if k.startswith("reconcile.dev/rollout")]
+    assert Step("n0", "allocatable", "nvidia.com/gpu=0,nvidia.com/mig-1g.5gb=28 OK") in run.steps
+
+
+def test_the_write_removes_the_stale_state_and_records_what_to_check(tmp_path: Path) -> None:
+    cluster = _cluster("n0")
+    run = _Run(tmp_path, cluster, {"n0": "all-1g.5gb"})
+    job, plan = run.rollout(settle_timeout=2.0)  # no operator: the wait times out
+
+    result = job.run(plan)
+
+    [(node, error)] = result.failed
+    assert node == "n0"
+    assert error.startswith(
+        "nvidia.com/mig.config.state=(not reported yet) after 2s (--state-timeout); "
+        "n0 is left cordoned at wait-required"
+    )
+    live = cluster.get_node("n0")
+    assert STATE not in live.labels  # the report of the old layout is gone
+    assert live.unschedulable
+    assert live.annotations[ROLLOUT_PHASE] == "wait-required"
+    assert change.Checks.load(live.annotations[ROLLOUT_CHECKS]) == change.Checks(
+        (STATE,), {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.5gb": "28"}
+    )
+    assert run.phases("n0")[-1] == change.ROLLOUT_FAILED_STATE
+
+
+def test_a_failed_layout_stays_cordoned_and_a_rerun_resumes_at_the_wait(tmp_path: Path) -> None:
+    cluster = _cluster("n0")
+    _gpu_pod(cluster, "trainer", "n0")
+    run = _Run(tmp_path, cluster, {"n0": "all-1g.5gb"})
+    manager = _MigManager(cluster, run.clock, result="failed")
+    job, plan = run.rollout()
+
+    [(_, error)] = job.run(plan).failed
+
+    assert error.startswith("nvidia.com/mig.config.state=failed: the operator could not apply")
+    live = cluster.get_node("n0")
+    assert live.unschedulable and ROLLOUT_FAILED in live.annotations
+    writes_before = list(cluster.writes)
+
+    manager.result = "success"
+    manager.answer("n0")  # the operator retried and succeeded
+    job, plan = run.rollout()
+    assert plan.targets == ["n0"]  # no drift left: the annotation brings it back
+    result = job.run(plan)
+
+    assert result.ok
+    new = cluster.writes[len(writes_before) :]
+    assert not [w for w in new if w[0] == "evict"]
+    assert run.phases("n0")[-4:] == [
+        "wait-required",
+        "validation-required",
+        "uncordon-required",
+        "rollout-done",
+    ]
+    assert not cluster.get_node("n0").unschedulable
+
+
+def test_a_node_cordoned_by_someone_else_is_skipped(tmp_path: Path) -> None:
+    cluster = _cluster("n0", "n1", cordoned=("n1",))
+    run = _Run(tmp_path, cluster, {"n0": "all-1g.5gb", "n1": "all-1g.5gb"})
+    _MigManager(cluster, run.clock)
+
+    job, plan = run.rollout()
+
+    assert plan.targets == ["n0"]
+    assert [n for n in run.notes if n.startswith("n1 skipped: cordoned by someone else")]
+    assert job.run(plan).ok
+    assert cluster.get_node("n1").labels["nvidia.com/mig.config"] == "all-disabled"
+
+
+def test_a_blocking_finding_refuses_the_whole_rollout_before_any_write(tmp_path: Path) -> None:
+    cluster = _cluster("n0", "n1")
+    run = _Run(tmp_path, cluster, {"n0": "all-1g.5gb", "n1": "all-3g.40gb"})  # 80 GB only
+
+    with pytest.raises(UpgradeRefused) as refused:
+        run.rollout()
+
+    assert "n1: nvidia.com/mig.config=all-3g.40gb" in str(refused.value)
+    assert str(refused.value).endswith("(nothing was changed)")
+    assert [w for w in cluster.writes if w[0] != "get"] == []
+
+
+def test_a_budget_that_cannot_allow_the_drain_refuses_before_any_write(tmp_path: Path) -> None:
+    cluster = _cluster("n0")
+    _gpu_pod(cluster, "trainer", "n0")
+    budget = cluster.add_budget("train", "pdb", {"app": "trainer"}, disruptions_allowed=0)
+    key = cluster._key(BUDGETS, "train", "pdb")
+    cluster.objects[key]["status"].update(expectedPods=1, desiredHealthy=1, currentHealthy=1)
+    assert budget
+    run = _Run(tmp_path, cluster, {"n0": "all-1g.5gb"})
+
+    with pytest.raises(UpgradeRefused, match="PodDisruptionBudget train/pdb blocks the drain"):
+        run.rollout()
+
+    assert cluster.writes == []
+
+
+def test_a_saved_plan_whose_node_moved_on_is_stale() -> None:
+    cluster = _cluster("n0")
+    live = cluster.get_node("n0")
+    from reconcile.engine.diff import Action, NodeChange
+    from reconcile.engine.plan import NodePlan
+
+    planned = NodePlan(
+        name="n0",
+        resourceVersion=live.resource_version,
+        source="nodes/n0.yaml",
+        changes=(
+            NodeChange(
+                key="nvidia.com/mig.config",
+                action=Action.UPDATE,
+                before="all-disabled",
+                after="all-1g.5gb",
+                rollout=True,
+            ),
+        ),
+        inventory=("nvidia.com/mig.config",),
+    )
+    replan = change.saved_replan(planned)
+    assert replan(live) is not None
+    cluster.patch_node("n0", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}})
+    with pytest.raises(UpgradeFailed, match="plan is stale"):
+        replan(cluster.get_node("n0"))
+    cluster.patch_node("n0", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.5gb"}}})
+    assert replan(cluster.get_node("n0")) is None  # written already: nothing to do
+
+
+def test_the_bake_halts_when_a_node_of_the_batch_turns_unhealthy() -> None:
+    cluster = _cluster("n0", "n1")
+    clock = _Clock()
+    ops = NodeOps(cluster, lambda step: None, lambda note: None, sleep=clock.sleep, clock=clock)
+    gate = change.bake_gate(60.0, ops)
+
+    assert gate(Batch(1, ("n0",))) is None
+    assert clock.now >= 60.0
+    clock.at(
+        clock.now + 10, lambda: cluster.nodes["n1"]["metadata"]["labels"].update({STATE: "failed"})
+    )
+    assert gate(Batch(2, ("n1",))) == (
+        "n1 reports nvidia.com/mig.config.state=failed during the 60s bake of batch 2"
+    )
+
+
+NOW = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
+
+
+def _live(
+    name: str, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None
+) -> LiveNode:
+    return FakeCluster().add_node(name, labels or {}, annotations=annotations)
+
+
+def test_status_says_what_blocks_each_node_and_the_next_step() -> None:
+    waiting = _live(
+        "waiting",
+        {STATE: "pending"},
+        {
+            ROLLOUT_PHASE: "wait-required",
+            "reconcile.dev/rollout-phase-since": "2026-01-01T11:30:00Z",
+            ROLLOUT_CHECKS: change.Checks((STATE,), None).dump(),
+        },
+    )
+    failed = _live("failed", None, {ROLLOUT_PHASE: "wait-required", ROLLOUT_FAILED: "it broke"})
+    upgrade = _live("upgrade", {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"})
+    quiet = _live("quiet", {STATE: "success"})
+    bare = _live("bare")
+    pods = [
+        {
+            "metadata": {"name": "p", "namespace": "train"},
+            "spec": {
+                "nodeName": "bare",
+                "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+            "status": {"phase": "Running"},
+        }
+    ]
+    planned = {"bare": object()}
+
+    found = change.status(
+        [waiting, failed, upgrade, quiet, bare],
+        planned,  # type: ignore[arg-type]
+        pods,
+        {},
+        stuck_after=900,
+        now=NOW,
+    )
+
+    by_node = {s.node: s for s in found}
+    assert sorted(by_node) == ["bare", "failed", "upgrade", "waiting"]
+    assert by_node["waiting"].blocked and by_node["waiting"].seconds == 1800
+    assert by_node["waiting"].reason.startswith(
+        "nvidia.com/mig.config.state=pending for 30m: mig-manager may be paused"
+    )
+    assert by_node["failed"].reason == "failed at wait-required: it broke"
+    assert by_node["upgrade"].reason.startswith("the driver upgrade failed")
+    assert by_node["bare"].state == "planned"
+    assert "has no controller to recreate it" in by_node["bare"].reason

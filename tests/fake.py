@@ -552,6 +552,14 @@ class FakeCluster:
                 if served not in self.kinds:
                     self.kinds = (*self.kinds, served)
 
+    def create_object(self, resource: ApiResource, body: dict[str, Any]) -> dict[str, Any]:
+        """Created as it is; a `generateName` gets a counter after it."""
+        body = copy.deepcopy(body)
+        metadata = _metadata(body)
+        if not metadata.get("name") and metadata.get("generateName"):
+            metadata["name"] = f"{metadata['generateName']}{next(_UIDS)}"
+        return self._create(resource, str(metadata.get("namespace") or ""), body)
+
     def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
         """Delete (a namespace with everything in it); False when it was already gone."""
         self.writes.append(("delete", f"{resource.plural}/{namespace}/{name}"))

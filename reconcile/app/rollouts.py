@@ -17,14 +17,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final, Protocol, TypedDict
 
-from reconcile.app.session import Session, Target, log, stoppable
-from reconcile.app.targets import one_target
+from reconcile.app.session import Session, Target, log, plan_key, stoppable
+from reconcile.app.targets import load_one, one_target
 from reconcile.diagnostics import ReconcileError
 
 # The GPU domain only for signatures here: the command line reads DEFAULT_MAX_UNAVAILABLE
 # and Pacing while it registers its GPU commands, `sanitize` among them, which start fast.
 if TYPE_CHECKING:
-    from reconcile.desired.models import DesiredState
+    from pathlib import Path
+
+    from reconcile.desired.models import DesiredState, Manifest
+    from reconcile.engine.plan import Plan
     from reconcile.gpu.change import NodeStatus
     from reconcile.gpu.rollout import (
         Gate,
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
         RolloutRequest,
         StateEvent,
     )
-    from reconcile.gpu.upgrade import Step
+    from reconcile.gpu.upgrade import NodeOps, Step
     from reconcile.kube.client import Cluster
 
 DEFAULT_MAX_UNAVAILABLE: Final = "25%"
@@ -399,6 +402,23 @@ def _stop_when(stopped: list[int], stop: Callable[[], None], over: threading.Eve
 
 
 @dataclass(frozen=True)
+class GateSpec:
+    """One `--gate`: `job` and a file of desired/gates/, or `prom` and a query."""
+
+    kind: str
+    value: str
+
+    @classmethod
+    def parse(cls, text: str) -> GateSpec:
+        kind, sep, value = text.partition("=")
+        if not sep or kind not in ("job", "prom") or not value:
+            raise ReconcileError(
+                f"--gate {text!r}: give job=FILE (a Job of desired/gates/) or prom=QUERY"
+            )
+        return cls(kind, value)
+
+
+@dataclass(frozen=True)
 class FactRollout:
     """What `reconcile rollout` is asked: the nodes to take (a selector; every node that
     plans a disruptive change when None), how they move, how long each may take to
@@ -413,6 +433,11 @@ class FactRollout:
     settle_timeout: float = 1800.0
     keep_going: bool = False
     bake: float = 0.0
+    gates: tuple[GateSpec, ...] = ()
+    # A saved plan (`reconcile plan --out FILE`): its disruptive changes, as reviewed.
+    plan_file: Path | None = None
+    prometheus_url: str | None = None
+    gate_timeout: float = 1800.0
     ignore_daemonsets: bool = False
     force: bool = False
     cluster: str | None = None
@@ -424,16 +449,33 @@ def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) 
     preflighted before the first write (UpgradeRefused naming every problem), then,
     unless a dry run, node by node: cordon, drain its GPU pods, write, wait for the
     operator's state, verify, uncordon."""
+    from reconcile.engine import saved
     from reconcile.engine.operations import PlanRequest
+    from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity
     from reconcile.gpu import change, operations
     from reconcile.gpu import checks as gpu
     from reconcile.gpu.rollout import Rollout
     from reconcile.gpu.upgrade import NodeOps
 
     target = one_target(session, request.cluster, "rollout")
-    state = target.state
+    if request.plan_file is not None:
+        saved_plan, state = _open_saved(session, request.plan_file)
+    else:
+        saved_plan, state = None, target.state
+    _check_gates(session, request, state)
     cluster = session.connect(None, target)
-    plan = gpu.plan(PlanRequest(state), cluster)
+    # What blocks is decided now: a saved plan's tree is planned again for its findings.
+    plan = gpu.plan(
+        PlanRequest(state, saved_plan.options if saved_plan is not None else NO_OPTIONS), cluster
+    )
+    if saved_plan is not None:
+        server, uid = cluster.identity()
+        saved.check_origin(
+            saved_plan,
+            ClusterIdentity(server=server, kubeSystemUID=uid),
+            state.digest,
+            plan.options,
+        )
     events = _StateEvents(watch, change.PHASE, change.ROLLOUT_DONE)
     ops = operations.with_declared(
         NodeOps(
@@ -446,10 +488,16 @@ def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) 
         ),
         state,
     )
-    planned = {n.name: n for n in plan.nodes if any(c.rollout for c in n.changes)}
+    source = saved_plan if saved_plan is not None else plan
+    planned = {n.name: n for n in source.nodes if any(c.rollout for c in n.changes)}
     work = change.FactWork(
         planned,
-        {name: operations.fresh_replan(state, plan) for name in planned},
+        {
+            name: change.saved_replan(node)
+            if saved_plan is not None
+            else operations.fresh_replan(state, plan)
+            for name, node in planned.items()
+        },
         gpu.mig_table(state)[0],
         ops,
         problems=tuple(
@@ -473,9 +521,72 @@ def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) 
     watch.planned(document)
     if request.dry_run or not rollout.batches:
         return RolledOut(document, DesiredAfter())
-    gate = change.bake_gate(request.bake, ops) if request.bake else None
+    gate = _gates(session, request, state, cluster, ops)
     outcome, stopped = run_stoppable(job, rollout, document, events, gate)
     return RolledOut(document, DesiredAfter(), outcome, stopped)
+
+
+def _open_saved(session: Session, path: Path) -> tuple[Plan, DesiredState]:
+    """A saved plan checked offline (its schema, digest and signature, and the tree it
+    is rolled out from), and that tree."""
+    from reconcile.engine import operations, saved
+
+    state = load_one(session) if session.desired.is_dir() else None
+    opened = operations.open_saved(saved.load(path), state, key=plan_key())
+    return opened.plan, opened.desired
+
+
+def _check_gates(session: Session, request: FactRollout, state: DesiredState) -> None:
+    """Every --gate resolves before anything is read from the cluster: a job= names a
+    Job of desired/gates/, a prom= has --prometheus-url."""
+    for spec in request.gates:
+        if spec.kind == "job":
+            _gate_job(session, state, spec.value)
+        elif request.prometheus_url is None:
+            raise ReconcileError(f"--gate prom={spec.value}: give --prometheus-url too")
+
+
+def _gate_job(session: Session, state: DesiredState, name: str) -> Manifest:
+    """The Job of desired/gates/ that `name` names: its path (as given from here, or
+    within desired/) or its file name."""
+    from pathlib import Path
+
+    given = Path(name)
+    for manifest in state.gates:
+        source = Path(manifest.source.file)
+        if (
+            given.resolve() == source.resolve()
+            or (session.desired / given).resolve() == source.resolve()
+            or given.name == source.name
+        ):
+            return manifest
+    found = ", ".join(m.source.file for m in state.gates) or "none"
+    raise ReconcileError(
+        f"--gate job={name}: not a gate of desired/ (desired/gates/*.yaml holds one Job each; "
+        f"found: {found})"
+    )
+
+
+def _gates(
+    session: Session, request: FactRollout, state: DesiredState, cluster: Cluster, ops: NodeOps
+) -> Gate | None:
+    """The gates in the order they are asked after a batch: each Job gate, the bake,
+    then each Prometheus query (what the bake let happen)."""
+    from reconcile.gpu import gates
+
+    chosen: list[Gate] = [
+        gates.JobGate(_gate_job(session, state, spec.value), cluster, ops, request.gate_timeout)
+        for spec in request.gates
+        if spec.kind == "job"
+    ]
+    if request.bake:
+        chosen.append(gates.bake(request.bake, ops))
+    chosen += [
+        gates.PromGate(spec.value, str(request.prometheus_url))
+        for spec in request.gates
+        if spec.kind == "prom"
+    ]
+    return gates.all_of(chosen)
 
 
 def rollout_status(

@@ -212,16 +212,16 @@ def _pacing_options(command: F) -> F:
         type=click.IntRange(1, 100),
         default=1,
         show_default=True,
-        help="Nodes upgraded at once (a batch).",
+        help="Nodes changed at once (a batch).",
     )
     @click.option(
         "--max-unavailable",
         default=DEFAULT_MAX_UNAVAILABLE,
         show_default=True,
         metavar="N|P%",
-        help="Selected GPU nodes that may be cordoned or not Ready at once (percent rounds up).",
+        help="Selected nodes that may be cordoned or not Ready at once (percent rounds up).",
     )
-    @click.option("--canary", metavar="NODE", help="Upgrade this node alone, first.")
+    @click.option("--canary", metavar="NODE", help="This node alone, first.")
     @click.option(
         "--wait-for-completion",
         metavar="POD-SELECTOR",
@@ -353,6 +353,23 @@ def upgrade(
     help="Keep each batch healthy this long before the next starts.",
 )
 @click.option(
+    "--gate",
+    "gates",
+    multiple=True,
+    metavar="job=FILE|prom=QUERY",
+    help="After each batch: a Job of desired/gates/ run on each of its nodes must complete, "
+    "or a Prometheus query ($NODES: the batch) must return no series or zeros. Repeatable.",
+)
+@click.option("--prometheus-url", metavar="URL", help="The Prometheus that --gate prom= queries.")
+@click.option(
+    "--gate-timeout",
+    default="30m",
+    show_default=True,
+    callback=duration,
+    metavar="DURATION",
+    help="How long a gate's Jobs may take.",
+)
+@click.option(
     "--halt-on-failure/--continue",
     "halt",
     default=True,
@@ -370,6 +387,7 @@ def rollout(
     selector: str | None,
     pacing: Pacing,
     halt: bool,
+    gates: tuple[str, ...],
     **options: Any,
 ) -> int:
     """Roll out the disruptive facts of the plan (a MIG layout, an operand's deploy
@@ -395,6 +413,7 @@ def rollout(
         pacing,
         document=output is Format.JSON,
         keep_going=not halt,
+        gates=tuple(rollouts.GateSpec.parse(text) for text in gates),
         **options,
     )
     view = _UpgradeView(view_for(output), dry_run=request.dry_run)

@@ -552,6 +552,8 @@ class DesiredState:
     manifests: tuple[Manifest, ...] = ()
     # Custom MIG layouts (ConfigMaps whose config.yaml is a mig-parted configuration).
     mig_configs: tuple[MigConfig, ...] = ()
+    # Jobs a rollout runs on each node of a batch before the next (desired/gates/*.yaml).
+    gates: tuple[Manifest, ...] = ()
     # sha256 of every file the state was read from (path and bytes): binds a saved plan.
     digest: str = ""
 

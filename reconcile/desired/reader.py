@@ -148,6 +148,7 @@ class _Loader:
         self.nodes: dict[str, DesiredNode] = {}
         self.matrix: dict[str, MatrixRow] = {}
         self.manifests: list[Manifest] = []
+        self.gates: list[Manifest] = []
         self._objects: dict[ObjectId, Source] = {}
         self._groups: dict[str, DesiredGroup] = {}
         self._digest = hashlib.sha256()  # of every file read, path and content
@@ -197,6 +198,8 @@ class _Loader:
                 self._yaml_file(Path(text), DRIVER_SUPPORT_MATRIX)
             elif area == "drivers" and len(parts) == 2 and suffix == ".csv":
                 self._csv_file(Path(text))
+            elif area == "gates" and len(parts) == 2 and suffix in YAML_SUFFIXES:
+                self._gate_file(Path(text))
             elif kustomized is not None and area == "workloads" and text in kustomized.owned:
                 continue  # read by kustomize, not as a manifest of its own
             elif area == "workloads" and suffix in (*YAML_SUFFIXES, ".json"):
@@ -207,7 +210,7 @@ class _Loader:
                         "file ignored",
                         Source(self.name(text)),
                         "desired state lives in nodes/*.yaml|*.env, groups/*.yaml, "
-                        "drivers/*.yaml|*.csv and workloads/**.yaml",
+                        "drivers/*.yaml|*.csv, workloads/**.yaml and gates/*.yaml",
                     )
                 )
         if kustomized is not None:
@@ -220,6 +223,7 @@ class _Loader:
             matrix=tuple(sorted(self.matrix.values(), key=lambda r: r.tag)),
             manifests=tuple(self.manifests),
             mig_configs=tuple(self._mig_configs()),
+            gates=tuple(self.gates),
             digest="sha256:" + self._digest.hexdigest(),
         )
 
@@ -770,6 +774,56 @@ class _Loader:
                 self.problems.append(diag.error(f"{column}: {item['msg']}", where))
             return
         self._add_row(MatrixRow(image.branch, image.kernel, image.osTag, where))
+
+    def _gate_file(self, path: Path) -> None:
+        """A rollout's gate: one batch/v1 Job, namespaced, not pinned (the rollout pins
+        it to each node of a batch). It is run by `rollout --gate job=FILE`, never applied."""
+        documents = list(self._yaml_documents(path, "Job"))
+        if len(documents) > 1:
+            self.problems.append(
+                diag.error(
+                    f"a gate file holds one Job; this one holds {len(documents)} documents",
+                    documents[1].at(()),
+                    "put each gate in a file of its own",
+                )
+            )
+            return
+        for doc in documents:
+            body = doc.data
+            where = doc.at(())
+            if not isinstance(body, dict) or (body.get("apiVersion"), body.get("kind")) != (
+                "batch/v1",
+                "Job",
+            ):
+                self.problems.append(
+                    diag.error(
+                        "a gate is a Job (apiVersion: batch/v1, kind: Job)",
+                        where,
+                        "desired/gates/ holds the Jobs `reconcile rollout --gate job=FILE` runs",
+                    )
+                )
+                continue
+            pinned = (((body.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+                "nodeName"
+            )
+            if pinned is not None:
+                self.problems.append(
+                    diag.error(
+                        "a gate's Job names no node: the rollout pins it to each node of a batch",
+                        doc.at(("spec", "template", "spec", "nodeName")),
+                        "remove spec.template.spec.nodeName",
+                    )
+                )
+                continue
+            before = len(self.problems)
+            if not isinstance((body.get("metadata") or {}).get("name"), str):
+                self.problems.append(
+                    diag.error("missing required field metadata.name", where, "name the Job")
+                )
+                continue
+            manifest = Manifest(body, where, doc.values, doc.keys)
+            if not self._manifest_problems(manifest, doc) and len(self.problems) == before:
+                self.gates.append(manifest)
 
     def _manifest_file(self, path: Path) -> None:
         for doc in self._yaml_documents(path, "Kubernetes object"):

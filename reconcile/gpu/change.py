@@ -39,7 +39,7 @@ from reconcile.engine.findings import overlay
 from reconcile.engine.plan import NodePlan
 from reconcile.engine.results import MAX_CONFLICT_RETRIES
 from reconcile.gpu import disruptive, mig
-from reconcile.gpu.rollout import Batch, RolloutRequest, Sorted, node_selection
+from reconcile.gpu.rollout import RolloutRequest, Sorted, node_selection
 from reconcile.gpu.upgrade import (
     STATE,
     UPGRADE_DONE,
@@ -429,40 +429,6 @@ class FactJob:
         else:
             self._emit(Step(self.node, PHASE, ROLLOUT_FAILED_STATE))
         raise UpgradeFailed(f"{reason}; {self.node} {left}: fix the cause, then rerun")
-
-
-BAKE_POLL_SECONDS: Final = 2.0
-
-
-def bake_gate(bake: float, ops: NodeOps) -> Callable[[Batch], str | None]:
-    """A gate that keeps each batch under watch for `bake` seconds before the next starts:
-    it halts the rollout when one of its nodes stops being Ready, is recorded failed, or
-    has an operator state label turn to a failed value meanwhile."""
-
-    def gate(batch: Batch) -> str | None:
-        deadline = ops.clock() + bake
-        ops.note(f"baking: batch {batch.number} ({', '.join(batch.nodes)}) for {bake:g}s")
-        while True:
-            for name in batch.nodes:
-                live = ops.cluster.get_node(name)
-                if problem := _unhealthy(live):
-                    return f"{name} {problem} during the {bake:g}s bake of batch {batch.number}"
-            if ops.clock() >= deadline:
-                return None
-            ops.sleep(min(BAKE_POLL_SECONDS, max(0.0, deadline - ops.clock())))
-
-    return gate
-
-
-def _unhealthy(live: LiveNode) -> str | None:
-    if not live.ready:
-        return "is not Ready"
-    if ROLLOUT_FAILED in live.annotations:
-        return f"failed ({live.annotations[ROLLOUT_FAILED]})"
-    for fact in disruptive.catalogue():
-        if fact.state and live.labels.get(fact.state.label) in fact.state.failed:
-            return f"reports {fact.state.label}={live.labels[fact.state.label]}"
-    return None
 
 
 # --- status ---------------------------------------------------------------------------------

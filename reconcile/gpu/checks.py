@@ -125,15 +125,16 @@ def busy_rollouts(projection: Projection) -> Iterable[Finding]:
         facts = [disruptive.fact_for(c.key) for c in changes]
         shown = ", ".join(f"{c.key}={c.shown_value}" for c in changes)
         state = next((f.state for f in facts if f is not None and f.state), None)
-        then = f", wait for {state.label}={state.done[0]}" if state else ""
+        then = f", waits for {state.label}={state.done[0]}" if state else ""
         yield Finding(
             severity=Severity.ERROR,
             kind=ROLLOUT_REQUIRED,
             subject=node.name,
             message=(
                 f"{shown} on a node where {len(users)} pod(s) use GPUs ({named(users)}): "
-                f"{facts[0].disrupts if facts[0] else 'it disrupts them'}. Drain it first "
-                f"(kubectl drain {node.name} --ignore-daemonsets), apply{then}, then uncordon it"
+                f"{facts[0].disrupts if facts[0] else 'it disrupts them'}. Roll it out: "
+                f"`reconcile rollout` cordons the node, drains its GPU pods within the "
+                f"budgets, writes it{then} and uncordons the node"
             ),
             blocksApply=True,
         )

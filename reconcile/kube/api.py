@@ -122,6 +122,10 @@ class ObjectApi(Protocol):
         """Server-side apply of `body`: True when this request created the object."""
         ...
 
+    def create_object(self, resource: ApiResource, body: dict[str, Any]) -> dict[str, Any]:
+        """The object as created (a `generateName` named by the server)."""
+        ...
+
     def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
         """Delete; False when the object was already gone."""
         ...

@@ -103,9 +103,9 @@ def test_a_new_layout_under_running_gpu_pods_is_a_rollout_and_blocks_apply(
     assert (
         "error: lab-node-0: nvidia.com/mig.config=all-1g.5gb on a node where 1 pod(s) use GPUs "
         "(nfd-lab/busy): mig-manager stops the GPU operands and repartitions every GPU of the "
-        "node: the pods using them lose their devices. Drain it first (kubectl drain "
-        "lab-node-0 --ignore-daemonsets), apply, wait for nvidia.com/mig.config.state=success, "
-        "then uncordon it"
+        "node: the pods using them lose their devices. Roll it out: `reconcile rollout` cordons "
+        "the node, drains its GPU pods within the budgets, writes it, waits for "
+        "nvidia.com/mig.config.state=success and uncordons the node"
     ) in plan.stderr
     document = json.loads(
         run_cli("plan", "-o", "json", cwd=workdir, kubeconfig=lab.kubeconfig).stdout

@@ -16,7 +16,7 @@ from reconcile.desired.models import DesiredState
 from reconcile.desired.reader import load_desired
 from reconcile.desired.reserved import ROLLOUT_CHECKS, ROLLOUT_FAILED, ROLLOUT_PHASE
 from reconcile.engine.operations import PlanRequest
-from reconcile.gpu import change, operations
+from reconcile.gpu import change, gates, operations
 from reconcile.gpu import checks as gpu
 from reconcile.gpu.mig import MigTable
 from reconcile.gpu.rollout import Batch, Rollout, RolloutRequest
@@ -311,7 +311,7 @@ def test_the_bake_halts_when_a_node_of_the_batch_turns_unhealthy() -> None:
     cluster = _cluster("n0", "n1")
     clock = _Clock()
     ops = NodeOps(cluster, lambda step: None, lambda note: None, sleep=clock.sleep, clock=clock)
-    gate = change.bake_gate(60.0, ops)
+    gate = gates.bake(60.0, ops)
 
     assert gate(Batch(1, ("n0",))) is None
     assert clock.now >= 60.0

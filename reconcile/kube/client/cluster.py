@@ -514,6 +514,13 @@ class Cluster:
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         self.request("POST", EVENTS.path(namespace_segment(namespace)), body=body)
 
+    def create_object(self, resource: ApiResource, body: dict[str, Any]) -> dict[str, Any]:
+        """The object as created (POST, field manager `reconcile`): a `generateName`
+        gets its name from the server."""
+        namespace = str((body.get("metadata") or {}).get("namespace") or "")
+        path = resource.path(namespace_segment(namespace) if namespace else "")
+        return dict(self.request("POST", path, query={"fieldManager": FIELD_MANAGER}, body=body))
+
     def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
         """Delete; False when it was already gone (what deleting wanted, done by another)."""
         try:

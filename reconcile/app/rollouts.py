@@ -503,7 +503,7 @@ def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) 
         problems=tuple(
             f"{f.subject}: {f.message}"
             for f in plan.findings
-            if f.blocksApply and f.kind != gpu.ROLLOUT_REQUIRED
+            if f.blocksApply and not change.resolved_by_rollout(f, planned)
         ),
         settle_timeout=request.settle_timeout,
     )

@@ -55,8 +55,9 @@ RBAC: Final = (
 
 # The findings about where workloads land and the room they find: the PR markdown's
 # "Capacity" section.
+CAPACITY_STRANDED: Final = "capacity-stranded"
 CAPACITY_KINDS: Final = frozenset(
-    {"unschedulable", "daemonset-no-nodes", "capacity-stranded", "affinity-lost", "eviction"}
+    {"unschedulable", "daemonset-no-nodes", CAPACITY_STRANDED, "affinity-lost", "eviction"}
 )
 
 
@@ -337,7 +338,7 @@ def _overcommitted(
         found.append(
             Finding(
                 severity=Severity.ERROR,
-                kind="capacity-stranded",
+                kind=CAPACITY_STRANDED,
                 subject=node.name,
                 message=f"its running pods request {shown} after apply: {names} lose what they run on; "
                 "drain the node first, or change it when they are gone",

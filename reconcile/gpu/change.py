@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
@@ -35,10 +36,12 @@ from reconcile.desired.reserved import (
 )
 from reconcile.diagnostics import Conflict, ReconcileError
 from reconcile.engine.facts import BY_FACT
-from reconcile.engine.findings import overlay
+from reconcile.engine.findings import Finding, overlay
+from reconcile.engine.placement import CAPACITY_STRANDED
 from reconcile.engine.plan import NodePlan
 from reconcile.engine.results import MAX_CONFLICT_RETRIES
 from reconcile.gpu import disruptive, mig
+from reconcile.gpu.checks import ROLLOUT_REQUIRED
 from reconcile.gpu.rollout import RolloutRequest, Sorted, node_selection
 from reconcile.gpu.upgrade import (
     STATE,
@@ -81,6 +84,10 @@ CORDONED_BY_OTHERS: Final = (
 # The node's plan as it is now: the desired/ facts planned against `live` (a fresh plan),
 # or a saved plan's node checked against it. None: nothing left to write.
 Replan = Callable[[LiveNode], NodePlan | None]
+
+
+class RolloutInterrupted(UpgradeFailed):
+    """A node stopped midway by a signal, at a phase a rerun resumes from."""
 
 
 def _now() -> str:
@@ -126,6 +133,16 @@ class Checks:
             return cls()
 
 
+# What a rollout resolves on the nodes it rolls out: the change is refused under running
+# GPU pods (it drains them first), and those pods lose what they run on (they are moved).
+RESOLVED_KINDS: Final = (ROLLOUT_REQUIRED, CAPACITY_STRANDED)
+
+
+def resolved_by_rollout(finding: Finding, planned: Mapping[str, NodePlan]) -> bool:
+    """A blocking finding on a node the rollout drains before it writes."""
+    return finding.kind in RESOLVED_KINDS and finding.subject in planned
+
+
 def saved_replan(planned: NodePlan) -> Replan:
     """A saved plan's node against the node now: the plan when every change still finds
     the value it was planned against, None when the node carries them all already (an
@@ -163,6 +180,8 @@ class FactWork:
     ops: NodeOps
     problems: tuple[str, ...] = ()
     settle_timeout: float = 1800.0
+    # Set when the rollout stops (a signal): nodes in flight stop at their next wait.
+    stopping: threading.Event = field(default_factory=threading.Event)
     state_field: str = PHASE
     done_state: str = ROLLOUT_DONE
     nodes_selector: str | None = None
@@ -222,6 +241,9 @@ class FactWork:
         job = FactJob(self, node)
         return lambda: job.run(start, evictions)
 
+    def stop(self) -> None:
+        self.stopping.set()
+
     def fail_unstarted(self, node: str, reason: str) -> str:
         return (
             f"{reason}; nothing was done to {node}: let the budget recover (or change it), "
@@ -256,6 +278,7 @@ class FactJob:
         # what that attempt recorded.
         was = live.annotations.get(ROLLOUT_WAS_CORDONED) or str(live.unschedulable).lower()
         for phase in PHASES[start:]:
+            self._check_stopping()
             first = {ROLLOUT_WAS_CORDONED: was} if phase == CORDON_REQUIRED else {}
             live = self._set_phase(live, phase, **first)
             if phase == CORDON_REQUIRED:
@@ -390,6 +413,7 @@ class FactJob:
                 waiting.append(f"{label}={value or '(not reported yet)'}")
             if not waiting:
                 return live
+            self._check_stopping()
             if ops.clock() >= deadline:
                 self._fail(
                     f"{', '.join(waiting)} after {self.work.settle_timeout:g}s (--state-timeout)"
@@ -408,6 +432,7 @@ class FactJob:
                     shown = ",".join(f"{k}={v}" for k, v in checks.allocatable.items()) or "none"
                     self._emit(Step(self.node, "allocatable", f"{shown} OK"))
                 return live
+            self._check_stopping()
             if ops.clock() >= deadline:
                 found = ",".join(f"{k}={v}" for k, v in gpu_allocatable(live).items()) or "none"
                 wanted = ",".join(f"{k}={v}" for k, v in checks.allocatable.items()) or "none"
@@ -416,6 +441,14 @@ class FactJob:
                     f"(after {self.work.settle_timeout:g}s, --state-timeout)"
                 )
             ops.sleep(POLL_SECONDS)
+
+    def _check_stopping(self) -> None:
+        """Raise RolloutInterrupted when the rollout is stopping: the node stays at its
+        phase (cordoned when past the cordon), where the next run resumes it."""
+        if self.work.stopping.is_set() and self.phase is not None:
+            raise RolloutInterrupted(
+                f"{self.node} stopped at {self.phase} by a signal: the next run resumes it there"
+            )
 
     def _fail(self, reason: str) -> NoReturn:
         """Record the failure on the node (as far as the API lets us), then stop."""

@@ -317,6 +317,10 @@ class Work(Protocol):
         failure as the rollout reports it."""
         ...
 
+    def stop(self) -> None:
+        """The rollout is stopping: nodes in flight may stop where they can resume."""
+        ...
+
 
 def node_selection(cluster: NodeApi, request: RolloutRequest) -> list[LiveNode]:
     """The NODEs of the request (each once) or the nodes its selector selects, sorted:
@@ -424,6 +428,9 @@ class DriverWork:
         # until --timeout by the drain.
         start, tag, evictions = job.preflight(self.ops.cluster.get_node(node), check_budgets=False)
         return lambda: job.run(start, tag, evictions)
+
+    def stop(self) -> None:
+        """Nothing: a node's upgrade in flight finishes (its states are brief)."""
 
     def fail_unstarted(self, node: str, reason: str) -> str:
         """Labelled upgrade-failed, as the operator marks a node it could not drain."""
@@ -607,8 +614,10 @@ class Rollout:
         return RolloutResult(tuple(sorted(done)), tuple(failed), not_started, plan.done, halted)
 
     def stop(self) -> None:
-        """Start no other node (the ones in flight finish their current step)."""
+        """Start no other node; the ones in flight stop where the work can (a driver
+        upgrade finishes, a fact rollout stops at its next wait, resumable there)."""
         self._stop.set()
+        self.work.stop()
 
     def _wait_for_room(self, node: str, selection: set[str], limit: int) -> None:
         """Before a cordon: the live unavailable count of the selection, with this node,

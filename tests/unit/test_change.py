@@ -377,3 +377,28 @@ def test_status_says_what_blocks_each_node_and_the_next_step() -> None:
     assert by_node["upgrade"].reason.startswith("the driver upgrade failed")
     assert by_node["bare"].state == "planned"
     assert "has no controller to recreate it" in by_node["bare"].reason
+
+
+def test_a_stopped_rollout_leaves_the_node_at_its_wait_and_the_next_run_resumes_it(
+    tmp_path: Path,
+) -> None:
+    cluster = _cluster("n0", "n1")
+    run = _Run(tmp_path, cluster, {"n0": "all-1g.5gb", "n1": "all-1g.5gb"})
+    job, plan = run.rollout()  # no operator yet: n0 waits for its state
+    run.clock.at(5, job.stop)
+
+    result = job.run(plan)
+
+    [(node, error)] = result.failed
+    assert (node, result.not_started) == ("n0", ("n1",))
+    assert error.startswith("n0 stopped at wait-required by a signal: the next run resumes it")
+    assert cluster.get_node("n0").annotations[ROLLOUT_PHASE] == "wait-required"
+    assert cluster.get_node("n0").unschedulable
+
+    manager = _MigManager(cluster, run.clock)
+    manager.answer("n0")  # the operator finished meanwhile
+    job, plan = run.rollout()
+    assert plan.targets == ["n0", "n1"]
+    assert job.run(plan).ok
+    assert run.phases("n0") == list(change.PHASES)  # each phase once, across both runs
+    assert ROLLOUT_FAILED not in cluster.get_node("n0").annotations

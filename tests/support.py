@@ -24,6 +24,8 @@ from typing import Any, Final
 import yaml
 from kubernetes import client, config
 
+from reconcile.gpu import standin
+from reconcile.gpu.standin import MigManagerStandIn
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.main import parse_seed, seed_text
 from reconcile.sandbox.resources import resource_for
@@ -164,10 +166,25 @@ class TestCluster:
         # On a real cluster: the kubelet of every node the harness creates (none is behind
         # an API-created Node), so that the suite needs no stand-in of the cluster's own.
         self.kubelet = None if sandbox is not None else NodeStandIn(self.raw, SEEDED)
+        # mig-manager's part for the GPU nodes (reconcile/gpu/standin.py), on every test
+        # cluster from `start_cluster` to `stop_cluster`.
+        self.mig_manager: MigManagerStandIn | None = None
 
     @property
     def is_sandbox(self) -> bool:
         return self.sandbox is not None
+
+    def start_mig_manager(self) -> None:
+        """Stand in for mig-manager on the GPU nodes: what they carry now is taken as
+        applied, a change of `nvidia.com/mig.config` from now on is carried out."""
+        if self.mig_manager is None:
+            self.mig_manager = MigManagerStandIn(standin.connect(self.kubeconfig)).start()
+
+    def stop_mig_manager(self) -> None:
+        if self.mig_manager is not None:
+            self.mig_manager.stop()
+            self.mig_manager.cluster.close()
+            self.mig_manager = None
 
     def raw(
         self,
@@ -396,6 +413,7 @@ class TestCluster:
     def cleanup(self) -> None:
         """Leave the real cluster as a fresh one: what the test created in the namespaces
         every cluster has (a Secret in kube-system), then everything `reset` removes."""
+        self.stop_mig_manager()
         if self.kubelet is not None:
             self.kubelet.stop()  # the nodes go: nothing to keep up any more
         now = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
@@ -537,18 +555,111 @@ def start_cluster(objects: list[dict[str, Any]], directory: Path) -> TestCluster
         assert cluster.kubelet is not None
         cluster.kubelet.start()
         cluster.seed(objects)
+        try:
+            cluster.start_mig_manager()
+        except BaseException:
+            cluster.cleanup()
+            raise
         return cluster
-    sandbox = Sandbox(objects).start()
+    # The stand-in's polling is the cluster's own traffic, not the tests': unrecorded.
+    sandbox = Sandbox(objects, unrecorded_agents={standin.AGENT}).start()
     sandbox.write_kubeconfig(kubeconfig)
-    return TestCluster(kubeconfig, sandbox)
+    cluster = TestCluster(kubeconfig, sandbox)
+    try:
+        cluster.start_mig_manager()
+    except BaseException:
+        sandbox.stop()
+        raise
+    return cluster
 
 
 def stop_cluster(cluster: TestCluster) -> None:
+    """The mig-manager stand-in stopped first, then the sandbox (or, on a real cluster,
+    everything the test made removed)."""
     if cluster.sandbox is not None:
+        cluster.stop_mig_manager()
         cluster.api_client.close()
         cluster.sandbox.stop()
     else:
         cluster.cleanup()
+
+
+def mig_node(
+    name: str,
+    *,
+    layout: str | None = "all-disabled",
+    strategy: str = "mixed",
+    product: str = "NVIDIA-A100-SXM4-40GB",
+    gpus: int = 8,
+    capable: str = "true",
+    resources: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A MIG-capable GPU node as GPU Feature Discovery labels it, with `resources` (its
+    GPUs whole by default) as both capacity and allocatable."""
+    labels = {
+        "kubernetes.io/hostname": name,
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": str(gpus),
+        "nvidia.com/mig.capable": capable,
+        "nvidia.com/mig.strategy": strategy,
+    }
+    if layout is not None:
+        labels["nvidia.com/mig.config"] = layout
+    gpu = resources if resources is not None else {"nvidia.com/gpu": str(gpus)}
+    listed = {"cpu": "64", "memory": "512Gi", "pods": "110", **gpu}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": annotations or {}},
+        "status": {
+            "capacity": dict(listed),
+            "allocatable": dict(listed),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastHeartbeatTime": "2026-11-01T00:00:00Z",
+                    "lastTransitionTime": "2026-11-01T00:00:00Z",
+                }
+            ],
+        },
+    }
+
+
+def mig_states(cluster: TestCluster, node: str, *, timeout: float = 30.0) -> list[str]:
+    """The values `nvidia.com/mig.config.state` takes on `node`, in order, read every
+    20 ms until it is `success` or `failed`."""
+    return each_mig_states(cluster, node, timeout=timeout)[node]
+
+
+def each_mig_states(
+    cluster: TestCluster, *nodes: str, timeout: float = 30.0
+) -> dict[str, list[str]]:
+    """`mig_states` of several nodes changing side by side (one LIST every 20 ms)."""
+    seen: dict[str, list[str]] = {node: [] for node in nodes}
+    deadline = time.monotonic() + timeout
+    while not all(s and s[-1] in ("success", "failed") for s in seen.values()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no success or failed after {timeout:g}s: {seen}")
+        status, found = cluster.raw("GET", "/api/v1/nodes")
+        assert status == 200, found
+        for item in found["items"]:
+            states = seen.get(item["metadata"]["name"])
+            state = (item["metadata"].get("labels") or {}).get("nvidia.com/mig.config.state")
+            if states is not None and state is not None and (not states or states[-1] != state):
+                states.append(state)
+        time.sleep(0.02)
+    return seen
+
+
+def wait_seen(stand_in: MigManagerStandIn, *nodes: str) -> None:
+    """Wait until the stand-in has taken in `nodes` as they are now (a change made before
+    would count as their seed)."""
+    wait_for(lambda: set(nodes) <= set(stand_in.applied), what=f"the stand-in to see {nodes}")
 
 
 def _markdown_tokens(markdown: str) -> list[Any]:

@@ -250,6 +250,12 @@ def completion(shell: str) -> None:
     show_default=True,
     help="Retry-After seconds of injected 429s.",
 )
+@click.option(
+    "--mig-manager/--no-mig-manager",
+    default=True,
+    help="Run a stand-in for the GPU Operator's mig-manager beside each sandbox (on by "
+    "default; see below).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def sandbox(
     seeds: tuple[str, ...],
@@ -258,6 +264,7 @@ def sandbox(
     fault_rate: float,
     fault_seed: int | None,
     fault_retry_after: int,
+    mig_manager: bool,
     command: tuple[str, ...],
 ) -> int:
     """Serve a Kubernetes-compatible API on 127.0.0.1 until SIGINT/SIGTERM.
@@ -266,8 +273,19 @@ def sandbox(
     With a COMMAND after `--`, run it with KUBECONFIG pointing at the sandbox, then stop
     and exit with its exit code:
       reconcile sandbox --seed lab -- sh -c 'reconcile plan; reconcile apply'
+
+    A stand-in for the GPU Operator's mig-manager runs beside it: a change of a GPU node's
+    nvidia.com/mig.config goes through nvidia.com/mig.config.state pending to success (its
+    nvidia.com/gpu and nvidia.com/mig-* capacity rewritten per the layout) or failed (a
+    layout the GPU lacks, or the node annotated mig-manager.stand-in/fail=true).
     """
-    from reconcile.sandbox.main import run
+    from reconcile.sandbox.main import OnStarted, run
+
+    on_started: OnStarted | None = None
+    if mig_manager:
+        from reconcile.gpu import standin
+
+        on_started = standin.serve
 
     return run(
         seeds=list(seeds),
@@ -278,4 +296,5 @@ def sandbox(
         fault_rate=fault_rate,
         fault_seed=fault_seed,
         fault_retry_after=fault_retry_after,
+        on_started=on_started,
     )

@@ -55,11 +55,15 @@ class Sandbox:
         faults: FaultInjector | None = None,
         watch_history: int = DEFAULT_HISTORY,
         bookmark_interval: float = 60.0,
+        unrecorded_agents: Iterable[str] = (),
     ) -> None:
         """`watch_history`: how many writes a watch can resume across (older
         resourceVersions are 410 Expired); `bookmark_interval`: seconds between the
-        BOOKMARKs of a watch that allows them (upstream: about a minute)."""
+        BOOKMARKs of a watch that allows them (upstream: about a minute);
+        `unrecorded_agents`: clients (the product of their User-Agent) whose requests are
+        served but kept out of `requests` and from the server's observers."""
         self._faults = faults
+        self._unrecorded_agents = frozenset(unrecorded_agents)
         self.store = Store(history=watch_history)
         self.api = SandboxApi(self.store)
         self.api.bookmark_interval = bookmark_interval
@@ -85,6 +89,7 @@ class Sandbox:
             self._port, self.api, self.token, self.certificates.server_context()
         )
         self._server.faults = self._faults
+        self._server.unrecorded_agents = self._unrecorded_agents
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},

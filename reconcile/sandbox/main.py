@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from importlib import resources as package_files
 from pathlib import Path
 from types import FrameType
@@ -20,6 +21,10 @@ from reconcile.diagnostics import ReconcileError
 from reconcile.sandbox import Sandbox, SeedError
 
 BUILTIN_SEEDS = ("lab", "driver-lab")
+
+# Called with the kubeconfig and its contexts once the sandboxes serve; what it returns is
+# called before they stop (a controller run beside them, say).
+OnStarted = Callable[[Path, list[str]], Callable[[], None]]
 
 
 def seed_text(seed: str) -> tuple[str, str]:
@@ -98,8 +103,11 @@ def run(
     fault_rate: float = 0.0,
     fault_seed: int | None = None,
     fault_retry_after: int = 1,
+    on_started: OnStarted | None = None,
 ) -> int:
-    """Serve one API server per seed (ports from `port` up, or free ones for 0)."""
+    """Serve one API server per seed (ports from `port` up, or free ones for 0).
+    `on_started` is called once the kubeconfig is written, its stop function before the
+    sandboxes stop."""
     from reconcile.sandbox.faults import RandomFaults
 
     names = context_names(seeds)
@@ -124,7 +132,7 @@ def run(
                 raise ReconcileError(f"cannot listen on 127.0.0.1:{where}: {e.strerror}") from None
             sandboxes.append(sandbox)
             counts.append(len(objects))
-        return _serve(sandboxes, names, counts, kubeconfig_out, command, err)
+        return _serve(sandboxes, names, counts, kubeconfig_out, command, err, on_started)
     finally:
         for sandbox in sandboxes:
             sandbox.stop()
@@ -139,6 +147,7 @@ def _serve(
     kubeconfig_out: Path | None,
     command: list[str],
     err: TextIO,
+    on_started: OnStarted | None,
 ) -> int:
     from reconcile.files import write_private
 
@@ -156,35 +165,48 @@ def _serve(
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with tempfile.TemporaryDirectory(prefix="reconcile-sandbox-") as scratch:
-            kubeconfig = kubeconfig_out or Path(scratch) / "kubeconfig"
             # JSON is YAML: kubectl and the client read it as a kubeconfig.
-            write_private(
-                kubeconfig, json.dumps(merged_kubeconfig(sandboxes, names), indent=2) + "\n"
-            )
-            if len(sandboxes) == 1:
-                err.write(
-                    f"sandbox: serving {counts[0]} object(s) on {sandboxes[0].url} "
-                    f"(kubeconfig: {kubeconfig})\n"
-                )
-            else:
-                for sandbox, name, count in zip(sandboxes, names, counts, strict=True):
-                    err.write(
-                        f"sandbox: serving {count} object(s) on {sandbox.url} (context {name})\n"
-                    )
-                err.write(f"sandbox: kubeconfig: {kubeconfig}\n")
-            err.flush()
-            if command:
-                if command[0] == "--":
-                    command = command[1:]
-                env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-                try:
-                    child = subprocess.Popen(command, env=env)
-                except OSError as e:
-                    raise ReconcileError(f"cannot run {command[0]}: {e.strerror}") from None
-                return child.wait()
-            while not stopping[0]:
-                time.sleep(0.1)
-            return 0
+            text = json.dumps(merged_kubeconfig(sandboxes, names), indent=2) + "\n"
+            private = Path(scratch) / "kubeconfig"
+            write_private(private, text)
+            # Started before anyone else can learn the kubeconfig: what they change later
+            # is a change to whatever it runs, never part of the seed.
+            stop = on_started(private, names) if on_started is not None else None
+            try:
+                if kubeconfig_out is not None:
+                    write_private(kubeconfig_out, text)
+                kubeconfig = kubeconfig_out or private
+                _say_serving(sandboxes, names, counts, kubeconfig, err)
+                if command:
+                    if command[0] == "--":
+                        command = command[1:]
+                    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+                    try:
+                        child = subprocess.Popen(command, env=env)
+                    except OSError as e:
+                        raise ReconcileError(f"cannot run {command[0]}: {e.strerror}") from None
+                    return child.wait()
+                while not stopping[0]:
+                    time.sleep(0.1)
+                return 0
+            finally:
+                if stop is not None:
+                    stop()
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def _say_serving(
+    sandboxes: list[Sandbox], names: list[str], counts: list[int], kubeconfig: Path, err: TextIO
+) -> None:
+    if len(sandboxes) == 1:
+        err.write(
+            f"sandbox: serving {counts[0]} object(s) on {sandboxes[0].url} "
+            f"(kubeconfig: {kubeconfig})\n"
+        )
+    else:
+        for sandbox, name, count in zip(sandboxes, names, counts, strict=True):
+            err.write(f"sandbox: serving {count} object(s) on {sandbox.url} (context {name})\n")
+        err.write(f"sandbox: kubeconfig: {kubeconfig}\n")
+    err.flush()

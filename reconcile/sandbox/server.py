@@ -639,6 +639,10 @@ class SandboxHTTPServer(PromptHTTPServer):
         self.requests: list[RequestRecord] = []
         self._log_lock = threading.Lock()
         self.observers: list[Callable[[RequestRecord], None]] = []
+        # Clients (by User-Agent product) served as any other but left out of `requests`
+        # and unseen by observers, as an audit policy leaves out the cluster's own
+        # components: a test asks what the client under test sent.
+        self.unrecorded_agents: frozenset[str] = frozenset()
         self._watches: set[Watch] = set()
         self._watch_lock = threading.Lock()
         self.stopping = False
@@ -681,6 +685,8 @@ class SandboxHTTPServer(PromptHTTPServer):
         self.close_watches()
 
     def record(self, entry: RequestRecord) -> None:
+        if entry.agent in self.unrecorded_agents:
+            return
         with self._log_lock:
             self.requests.append(entry)
         for observer in self.observers:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reconcile.sandbox import Sandbox, SeedError
-from tests.support import REPO, run_cli
+from tests.support import REPO, mig_node, run_cli
 
 
 def _start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], Path]:
@@ -207,3 +207,49 @@ def test_write_kubeconfig_refuses_a_file_another_user_owns(tmp_path: Path) -> No
     assert result.code == 2
     assert "error: kc belongs to another user (uid 12345)" in result.stderr
     assert theirs.read_text() == "theirs\n"
+
+
+# Changes mig-0's layout, waits up to argv[1] seconds for mig-manager's verdict, prints it
+# and the MIG resource the node then advertises.
+_MIG_CHANGE = """
+import os, sys, time
+from kubernetes import client, config
+core = client.CoreV1Api(config.new_client_from_config(os.environ["KUBECONFIG"]))
+core.patch_node("mig-0", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.5gb"}}})
+deadline = time.monotonic() + float(sys.argv[1])
+state = None
+while state not in ("success", "failed") and time.monotonic() < deadline:
+    time.sleep(0.05)
+    node = core.read_node("mig-0")
+    state = (node.metadata.labels or {}).get("nvidia.com/mig.config.state")
+print(state, node.status.allocatable.get("nvidia.com/mig-1g.5gb"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("options", "wait", "printed"),
+    [((), "30", "success 56"), (("--no-mig-manager",), "1.5", "None None")],
+)
+def test_a_mig_manager_stand_in_runs_beside_it_unless_told_not_to(
+    tmp_path: Path, options: tuple[str, ...], wait: str, printed: str
+) -> None:
+    seed = tmp_path / "seed.yaml"
+    seed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [mig_node("mig-0")]}))
+    script = tmp_path / "change.py"
+    script.write_text(_MIG_CHANGE)
+
+    result = run_cli(
+        "sandbox",
+        "--seed",
+        str(seed),
+        *options,
+        "--",
+        sys.executable,
+        str(script),
+        wait,
+        cwd=tmp_path,
+        process=True,  # the command's output is the process's own
+    )
+
+    assert result.code == 0, result.stderr
+    assert result.lines == [printed]

@@ -13,7 +13,9 @@ Discovery would after a change.
 
 What a node carries when first seen is taken as applied already: a seeded node is left
 as it is. A layout mig.py finds no answer for ends in `failed`, and so does every change
-on a node annotated `mig-manager.stand-in/fail: "true"`, with its status untouched.
+on a node annotated `mig-manager.stand-in/fail: "true"`, with its status untouched. A
+node annotated `mig-manager.stand-in/hold: "true"` keeps its change waiting (no state
+written) until the annotation goes: a repartition that takes as long as a test needs.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ PENDING: Final = "pending"
 SUCCESS: Final = "success"
 FAILED: Final = "failed"
 FAIL_ANNOTATION: Final = "mig-manager.stand-in/fail"
+HOLD_ANNOTATION: Final = "mig-manager.stand-in/hold"
 # mig-manager's client-go User-Agent starts with its program name, which the API server
 # records as the field manager of what it writes: the stand-in's writes show as its.
 AGENT: Final = "nvidia-mig-manager"
@@ -124,6 +127,8 @@ class MigManagerStandIn:
                     continue
                 if layout == self._applied[node.name]:
                     continue
+                if node.annotations.get(HOLD_ANNOTATION) == "true":
+                    continue  # held: the change waits until the annotation goes
                 if layout is None or node.labels.get(MIG_CAPABLE) == "false":
                     # Nothing to apply, or no mig-manager runs there: no state reported.
                     self._applied[node.name] = layout

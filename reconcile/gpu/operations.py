@@ -34,8 +34,14 @@ from reconcile.kube.objects import LiveNode
 # What the GPU commands ask of the API server beyond the engine's operations (audit and a
 # pool's upgrade list nodes as plan does); `reconcile rbac` merges them into its Roles.
 RBAC: Final = (
-    Rule("", ("nodes",), ("get",), why="upgrade and `drivers tag` read one node"),
+    Rule("", ("nodes",), ("get",), why="upgrade, rollout and `drivers tag` read one node"),
     *UPGRADE_RBAC,
+    Rule(
+        "batch",
+        ("jobs",),
+        ("create", "get"),
+        why="rollout --gate job= runs a Job of desired/gates/ on each node of a batch",
+    ),
 )
 
 

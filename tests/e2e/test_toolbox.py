@@ -411,6 +411,22 @@ def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) 
     assert status == 200
     result = checked.run(driver, driver_work, "upgrade", "lab-node-2", "--driver", "550.127.05")
     assert result.code == 0, result.stderr
+    # a MIG layout rolled out in two batches, a gate's Job between them (the sandbox runs
+    # no Job controller: the gate halts the rollout once its time is up)
+    for name, layout in (("lab-node-0", "all-1g.5gb"), ("lab-node-1", "all-disabled")):
+        node = work / "desired" / "nodes" / f"{name}.yaml"
+        node.write_text(node.read_text() + f"  nvidia.com/mig.config: {layout}\n")
+    (work / "desired" / "gates").mkdir()
+    (work / "desired" / "gates" / "diag.yaml").write_text(
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: diag, namespace: nfd-lab}\n"
+        "spec:\n  template:\n    spec:\n      restartPolicy: Never\n"
+        "      containers: [{name: diag, image: dcgm:4}]\n"
+    )
+    gated = checked.run(
+        lab, work, "rollout", "--gate", "job=gates/diag.yaml", "--gate-timeout", "1s"
+    )
+    assert gated.code == 2 and "halted: gate job=" in gated.stderr, gated.stderr
+    assert checked.run(lab, work, "rollout", "status").code == 0
     return checked.asked
 
 

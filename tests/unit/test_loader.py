@@ -524,8 +524,8 @@ def test_stray_files_are_warned_about_not_loaded(tree: Path) -> None:
             Severity.WARNING,
             "file ignored",
             problems[0].source,
-            "desired state lives in nodes/*.yaml|*.env, groups/*.yaml, drivers/*.yaml|*.csv "
-            "and workloads/**.yaml",
+            "desired state lives in nodes/*.yaml|*.env, groups/*.yaml, drivers/*.yaml|*.csv, "
+            "workloads/**.yaml and gates/*.yaml",
         )
     ]
     assert str(problems[0].source) == "desired/labels.yaml"
@@ -1003,3 +1003,45 @@ def test_a_manifests_annotations_are_counted_in_bytes_as_the_api_server_counts_t
         'desired/workloads/cm.yaml:7:5: ConfigMap "c" is invalid: metadata.annotations: '
         "Too long: may not be more than 262144 bytes"
     )
+
+
+GATE_JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: diag, namespace: gpu-ops}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: diag, image: dcgm:4}]
+"""
+
+
+def test_a_gate_is_a_job_that_is_run_by_a_rollout_never_applied(tree: Path) -> None:
+    write(tree / "gates" / "diag.yaml", GATE_JOB)
+
+    state, problems = load_desired(tree)
+
+    assert problems == []
+    assert [(g.kind, g.name, g.source.file) for g in state.gates] == [
+        ("Job", "diag", "desired/gates/diag.yaml")
+    ]
+    assert state.manifests == ()
+
+
+def test_a_gate_that_is_not_a_lone_unpinned_job_is_refused_where_it_is(tree: Path) -> None:
+    write(tree / "gates" / "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n")
+    pinned = GATE_JOB.replace("restartPolicy: Never", "restartPolicy: Never\n      nodeName: n1")
+    write(tree / "gates" / "pinned.yaml", pinned)
+    write(tree / "gates" / "two.yaml", GATE_JOB + "---\n" + GATE_JOB)
+
+    found = errors(tree)
+
+    assert found == [
+        "desired/gates/pinned.yaml:8:17: a gate's Job names no node: the rollout pins it to "
+        "each node of a batch: remove spec.template.spec.nodeName",
+        "desired/gates/pod.yaml:1:1: a gate is a Job (apiVersion: batch/v1, kind: Job): "
+        "desired/gates/ holds the Jobs `reconcile rollout --gate job=FILE` runs",
+        "desired/gates/two.yaml:10:1: a gate file holds one Job; this one holds 2 documents: "
+        "put each gate in a file of its own",
+    ]

@@ -41,7 +41,7 @@ def test_the_readme_is_a_front_page() -> None:
     text = README.read_text()
     assert len(text.splitlines()) <= 250
     sections = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
-    assert sections == ["Quickstart", "Tests", "Commands", "Documentation"]
+    assert sections == ["Quickstart", "Tests", "Changing MIG layouts", "Commands", "Documentation"]
 
 
 def test_every_link_of_the_readme_names_a_file_of_the_repository() -> None:

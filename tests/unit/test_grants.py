@@ -29,7 +29,7 @@ def test_rules_on_the_same_resource_merge_their_verbs_and_reasons_in_declared_or
     ]
 
 
-def test_the_engine_alone_grants_no_drain_and_gpu_rules_add_it() -> None:
+def test_the_engine_alone_grants_no_drain_and_gpu_rules_add_it_and_the_gate_jobs() -> None:
     def granted(rules: list[Rule]) -> set[tuple[str, str]]:
         return {(resource, verb) for r in rules for resource in r.resources for verb in r.verbs}
 
@@ -42,6 +42,8 @@ def test_the_engine_alone_grants_no_drain_and_gpu_rules_add_it() -> None:
         ("pods", "get"),
         ("pods/eviction", "create"),
         ("poddisruptionbudgets", "list"),
+        ("jobs", "create"),
+        ("jobs", "get"),
     }
 
 

@@ -402,3 +402,29 @@ def test_a_stopped_rollout_leaves_the_node_at_its_wait_and_the_next_run_resumes_
     assert job.run(plan).ok
     assert run.phases("n0") == list(change.PHASES)  # each phase once, across both runs
     assert ROLLOUT_FAILED not in cluster.get_node("n0").annotations
+
+
+def test_the_rollout_document_names_what_it_rolls_out_and_leaves_the_other_out() -> None:
+    from reconcile.gpu.rollout import RolloutDocument, RolloutOutcome, RolloutPlan, RolloutResult
+
+    plan = RolloutPlan((Batch(1, ("n0",)),), (), 1)
+    facts = RolloutDocument.of(
+        plan, dry_run=True, facts={"n0": {"nvidia.com/mig.config": "all-1g.5gb", "x": None}}
+    ).model_dump(mode="json")
+    driver = RolloutDocument.of(plan, dry_run=True, driver="550.90.07").model_dump(mode="json")
+
+    assert list(facts)[:3] == ["apiVersion", "kind", "facts"]
+    assert facts["facts"] == {"n0": {"nvidia.com/mig.config": "all-1g.5gb", "x": None}}
+    assert "driver" not in facts
+    assert "facts" not in driver and driver["driver"] == "550.90.07"
+    halted = RolloutOutcome.after(
+        RolloutDocument.of(plan, dry_run=False, facts={}),
+        RolloutResult((), (), ("n1",), (), halted="gate job=gates/d.yaml: failed"),
+        (),
+    )
+    assert halted.model_dump(mode="json")["halted"] == "gate job=gates/d.yaml: failed"
+    assert not halted.ok
+    assert halted.summary == ("halted: gate job=gates/d.yaml: failed; done: none; not started: n1")
+    assert "halted" not in RolloutOutcome.after(
+        RolloutDocument.of(plan, dry_run=False, facts={}), RolloutResult((), (), (), ()), ()
+    ).model_dump(mode="json")

@@ -41,6 +41,10 @@ DESIRED_KINDS: Final = {
         "`desired/drivers/*.yaml`, the precompiled driver images that exist; the same rows"
         " may be a `.csv` with the header `driver_branch,kernel,os_tag`."
     ),
+    "DisruptiveFacts": (
+        "`desired/disruptive/*.yaml`, labels of this site that are rolled out"
+        " ([disruptive facts](../rollouts.md)), beside the packaged catalogue."
+    ),
     "Fleet": "`desired/clusters.yaml`, the clusters one tree is for.",
 }
 

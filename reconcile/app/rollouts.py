@@ -506,6 +506,7 @@ def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) 
             if f.blocksApply and not change.resolved_by_rollout(f, planned)
         ),
         settle_timeout=request.settle_timeout,
+        catalogue=gpu.policy(state).catalogue,
     )
     pool = replace(
         _pool_request((), request.selector, request.pacing), keep_going=request.keep_going
@@ -573,6 +574,7 @@ def _gates(
     """The gates in the order they are asked after a batch: each Job gate, the bake,
     then each Prometheus query (what the bake let happen)."""
     from reconcile.gpu import gates
+    from reconcile.gpu.disruptive import Catalogue
 
     chosen: list[Gate] = [
         gates.JobGate(_gate_job(session, state, spec.value), cluster, ops, request.gate_timeout)
@@ -580,7 +582,7 @@ def _gates(
         if spec.kind == "job"
     ]
     if request.bake:
-        chosen.append(gates.bake(request.bake, ops))
+        chosen.append(gates.bake(request.bake, ops, Catalogue.of(state)))
     chosen += [
         gates.PromGate(spec.value, str(request.prometheus_url))
         for spec in request.gates
@@ -615,4 +617,5 @@ def rollout_status(
         budgets,
         stuck_after=stuck_after,
         now=datetime.datetime.now(datetime.UTC),
+        catalogue=gpu.policy(target.state).catalogue,
     )

@@ -36,6 +36,7 @@ API_VERSION: Final = f"{API_GROUP}/v1alpha1"
 NODE_FEATURES: Final = "NodeFeatures"
 NODE_GROUP: Final = "NodeGroup"
 DRIVER_SUPPORT_MATRIX: Final = "DriverSupportMatrix"
+DISRUPTIVE_FACTS: Final = "DisruptiveFacts"
 FLEET: Final = "Fleet"
 # All annotations of one object together, as the API server counts them (keys and values).
 ANNOTATIONS_MAX_BYTES: Final = TOTAL_ANNOTATION_SIZE_LIMIT
@@ -347,6 +348,54 @@ class DriverSupportMatrix(_Strict):
     rows: list[DriverImage] = Field(description="One entry per image tag that exists.")
 
 
+class FactState(_Strict):
+    """The label an operator writes to report how the change went, and its values."""
+
+    label: LabelKey = Field(description="The label the operator writes on the node.")
+    working: list[str] = Field(
+        default_factory=list, description="Values while it works (the rollout waits)."
+    )
+    done: list[str] = Field(min_length=1, description="Values once it is done.")
+    failed: list[str] = Field(
+        default_factory=list, description="Values when it failed (the node fails)."
+    )
+
+
+class DisruptiveFact(_Strict):
+    """A label whose write makes a component act on the node's workloads: it is rolled
+    out (cordon, drain the GPU pods, write, wait for the state, uncordon), never written
+    under pods that use GPUs."""
+
+    key: LabelKey | None = Field(default=None, description="The label key.")
+    prefix: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Every label key that starts with it (instead of one key).",
+    )
+    disrupts: str = Field(min_length=1, description="What the write does to the node's pods.")
+    state: FactState | None = Field(
+        default=None, description="The label that reports completion, when there is one."
+    )
+
+    @model_validator(mode="after")
+    def _key_or_prefix(self) -> DisruptiveFact:
+        if (self.key is None) == (self.prefix is None):
+            raise PydanticCustomError("disruptive_fact", "give exactly one of key and prefix")
+        return self
+
+
+class DisruptiveFacts(_Strict):
+    """Facts of this site that are rolled out, added to the packaged catalogue (MIG
+    layouts, the GPU Operator's deploy labels, the device plugin's config)."""
+
+    model_config = ConfigDict(title="DisruptiveFacts")
+
+    apiVersion: Literal["reconcile.dev/v1alpha1"]
+    kind: Literal["DisruptiveFacts"]
+    metadata: ObjectMeta
+    facts: list[DisruptiveFact] = Field(min_length=1, description="Each fact once.")
+
+
 def _check_cluster_name(name: str) -> str:
     if len(name) > 63 or not re.fullmatch(labels.DNS1123_LABEL_FMT, name):
         raise PydanticCustomError(
@@ -420,6 +469,7 @@ KINDS: Final[dict[str, type[_Strict]]] = {
     NODE_FEATURES: NodeFeatures,
     NODE_GROUP: NodeGroup,
     DRIVER_SUPPORT_MATRIX: DriverSupportMatrix,
+    DISRUPTIVE_FACTS: DisruptiveFacts,
     FLEET: Fleet,
 }
 
@@ -554,6 +604,9 @@ class DesiredState:
     mig_configs: tuple[MigConfig, ...] = ()
     # Jobs a rollout runs on each node of a batch before the next (desired/gates/*.yaml).
     gates: tuple[Manifest, ...] = ()
+    # Facts of this site that are rolled out, with where each is declared
+    # (desired/disruptive/*.yaml), beside the packaged catalogue.
+    disruptive: tuple[tuple[DisruptiveFact, Source], ...] = ()
     # sha256 of every file the state was read from (path and bytes): binds a saved plan.
     digest: str = ""
 

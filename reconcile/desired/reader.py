@@ -31,6 +31,7 @@ from reconcile.desired import kustomize, simple
 from reconcile.desired.models import (
     ANNOTATIONS_MAX_BYTES,
     API_VERSION,
+    DISRUPTIVE_FACTS,
     DRIVER_SUPPORT_MATRIX,
     KINDS,
     NODE_FEATURES,
@@ -38,6 +39,8 @@ from reconcile.desired.models import (
     DesiredGroup,
     DesiredNode,
     DesiredState,
+    DisruptiveFact,
+    DisruptiveFacts,
     DriverImage,
     DriverSupportMatrix,
     LabelSelector,
@@ -149,6 +152,8 @@ class _Loader:
         self.matrix: dict[str, MatrixRow] = {}
         self.manifests: list[Manifest] = []
         self.gates: list[Manifest] = []
+        self.disruptive: list[tuple[DisruptiveFact, Source]] = []
+        self._disruptive_seen: dict[str, Source] = {}
         self._objects: dict[ObjectId, Source] = {}
         self._groups: dict[str, DesiredGroup] = {}
         self._digest = hashlib.sha256()  # of every file read, path and content
@@ -198,6 +203,8 @@ class _Loader:
                 self._yaml_file(Path(text), DRIVER_SUPPORT_MATRIX)
             elif area == "drivers" and len(parts) == 2 and suffix == ".csv":
                 self._csv_file(Path(text))
+            elif area == "disruptive" and len(parts) == 2 and suffix in YAML_SUFFIXES:
+                self._yaml_file(Path(text), DISRUPTIVE_FACTS)
             elif area == "gates" and len(parts) == 2 and suffix in YAML_SUFFIXES:
                 self._gate_file(Path(text))
             elif kustomized is not None and area == "workloads" and text in kustomized.owned:
@@ -210,7 +217,8 @@ class _Loader:
                         "file ignored",
                         Source(self.name(text)),
                         "desired state lives in nodes/*.yaml|*.env, groups/*.yaml, "
-                        "drivers/*.yaml|*.csv, workloads/**.yaml and gates/*.yaml",
+                        "drivers/*.yaml|*.csv, workloads/**.yaml, gates/*.yaml and "
+                        "disruptive/*.yaml",
                     )
                 )
         if kustomized is not None:
@@ -224,6 +232,7 @@ class _Loader:
             manifests=tuple(self.manifests),
             mig_configs=tuple(self._mig_configs()),
             gates=tuple(self.gates),
+            disruptive=tuple(self.disruptive),
             digest="sha256:" + self._digest.hexdigest(),
         )
 
@@ -474,7 +483,11 @@ class _Loader:
             kind = doc.data.get("kind")
             if kind != expected_kind:
                 where = doc.at(("kind",)) if "kind" in doc.data else doc.at(())
-                area = {NODE_FEATURES: "nodes", NODE_GROUP: "groups"}.get(expected_kind, "drivers")
+                area = {
+                    NODE_FEATURES: "nodes",
+                    NODE_GROUP: "groups",
+                    DISRUPTIVE_FACTS: "disruptive",
+                }.get(expected_kind, "drivers")
                 if kind is None:
                     summary = "missing required field 'kind'"
                 elif kind in KINDS:
@@ -493,6 +506,8 @@ class _Loader:
                 self._node_features(doc)
             elif expected_kind == NODE_GROUP:
                 self._node_group(doc)
+            elif expected_kind == DISRUPTIVE_FACTS:
+                self._disruptive(doc)
             else:
                 self._matrix_document(doc)
 
@@ -689,6 +704,28 @@ class _Loader:
             doc.values[("labels", key)] = (number, len(key) + 2)
         doc.values[("metadata", "name")] = (1, 1)
         self._node_features(doc)
+
+    def _disruptive(self, doc: YamlDocument) -> None:
+        try:
+            model = DisruptiveFacts.model_validate(doc.data)
+        except ValidationError as e:
+            self.problems.extend(model_problems(e, doc, DisruptiveFacts))
+            return
+        for index, fact in enumerate(model.facts):
+            where = doc.at(("facts", index))
+            named = fact.key or f"{fact.prefix}*"
+            first = self._disruptive_seen.get(named)
+            if first is not None:
+                self.problems.append(
+                    diag.error(
+                        f"disruptive fact {named} is declared twice",
+                        where,
+                        f"first declared at {first}",
+                    )
+                )
+                continue
+            self._disruptive_seen[named] = where
+            self.disruptive.append((fact, where))
 
     def _matrix_document(self, doc: YamlDocument) -> None:
         try:

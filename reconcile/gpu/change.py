@@ -180,6 +180,7 @@ class FactWork:
     ops: NodeOps
     problems: tuple[str, ...] = ()
     settle_timeout: float = 1800.0
+    catalogue: disruptive.Catalogue = field(default_factory=disruptive.Catalogue.packaged)
     # Set when the rollout stops (a signal): nodes in flight stop at their next wait.
     stopping: threading.Event = field(default_factory=threading.Event)
     state_field: str = PHASE
@@ -370,7 +371,7 @@ class FactJob:
         return self._fail(f"writing {self.node}'s facts kept conflicting with other writers")
 
     def _checks(self, live: LiveNode, planned: NodePlan) -> Checks:
-        facts = [disruptive.fact_for(c.key) for c in planned.changes if c.rollout]
+        facts = [self.work.catalogue.fact_for(c.key) for c in planned.changes if c.rollout]
         states = tuple(sorted({f.state.label for f in facts if f is not None and f.state}))
         expected: dict[str, str] | None = None
         if any(c.key in (mig.MIG_CONFIG, mig.MIG_STRATEGY) for c in planned.changes):
@@ -395,17 +396,14 @@ class FactJob:
             waiting = []
             for label in checks.states:
                 value = live.labels.get(label)
-                fact = next(
-                    (f for f in disruptive.catalogue() if f.state and f.state.label == label),
-                    None,
-                )
+                state = next((t for t in self.work.catalogue.states() if t.label == label), None)
                 if label not in said or said[label] != value:
                     said[label] = value
                     if value is not None:
                         self._emit(Step(self.node, label, value))
-                if fact is None or fact.state is None or value in fact.state.done:
+                if state is None or value in state.done:
                     continue
-                if value in fact.state.failed:
+                if value in state.failed:
                     self._fail(
                         f"{label}={value}: the operator could not apply the change on "
                         f"{self.node} (see its log on the node)"
@@ -490,28 +488,31 @@ def status(
     *,
     stuck_after: float,
     now: datetime.datetime,
+    catalogue: disruptive.Catalogue | None = None,
 ) -> list[NodeStatus]:
     """Every node with something to say, sorted: in a rollout (or failed in one), planning
     a disruptive change, with an operator state label not at a done value, or with its
     driver upgrade under way or failed. `pods` are the pods bound to those nodes,
     `budgets` the PodDisruptionBudgets by namespace."""
+    catalogue = catalogue or disruptive.Catalogue.packaged()
     on_node: dict[str, list[Mapping[str, Any]]] = {}
     for pod in pods:
         on_node.setdefault(str((pod.get("spec") or {}).get("nodeName")), []).append(pod)
     found = []
     for live in sorted(nodes, key=lambda n: n.name):
-        entry = _node_status(live, live.name in planned, on_node.get(live.name, []), budgets)
+        entry = _node_status(
+            live, live.name in planned, on_node.get(live.name, []), budgets, catalogue
+        )
         if entry is None:
             continue
         since = live.annotations.get(ROLLOUT_SINCE)
         seconds = _age(since, now)
         if entry.state == WAIT_REQUIRED and seconds is not None and seconds >= stuck_after:
             waiting = ", ".join(
-                f"{f.state.label}={live.labels.get(f.state.label, '(not reported)')}"
-                for f in disruptive.catalogue()
-                if f.state
-                and live.labels.get(f.state.label) not in f.state.done
-                and f.state.label in Checks.load(live.annotations.get(ROLLOUT_CHECKS)).states
+                f"{t.label}={live.labels.get(t.label, '(not reported)')}"
+                for t in catalogue.states()
+                if live.labels.get(t.label) not in t.done
+                and t.label in Checks.load(live.annotations.get(ROLLOUT_CHECKS)).states
             )
             entry = entry.model_copy(
                 update={
@@ -531,6 +532,7 @@ def _node_status(
     planned: bool,
     pods: Sequence[Mapping[str, Any]],
     budgets: Mapping[str, Sequence[Mapping[str, Any]]],
+    catalogue: disruptive.Catalogue,
 ) -> NodeStatus | None:
     phase = live.annotations.get(PHASE)
     name = live.name
@@ -549,19 +551,19 @@ def _node_status(
             if blocker is not None:
                 return NodeStatus(node=name, state=phase or "planned", blocked=True, reason=blocker)
         return NodeStatus(node=name, state=phase or "planned")
-    for fact in disruptive.catalogue():
-        value = live.labels.get(fact.state.label) if fact.state else None
-        if fact.state is None or value is None or value in fact.state.done:
+    for state in catalogue.states():
+        value = live.labels.get(state.label)
+        if value is None or value in state.done:
             continue
-        if value in fact.state.failed:
+        if value in state.failed:
             return NodeStatus(
                 node=name,
-                state=f"{fact.state.label}={value}",
+                state=f"{state.label}={value}",
                 blocked=True,
                 reason="the operator could not apply the change and no rollout is under way: "
                 "read its log on the node, fix the cause, then set the layout again",
             )
-        return NodeStatus(node=name, state=f"{fact.state.label}={value}")
+        return NodeStatus(node=name, state=f"{state.label}={value}")
     upgrade = live.labels.get(STATE)
     if upgrade == UPGRADE_FAILED:
         return NodeStatus(

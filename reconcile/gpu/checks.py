@@ -29,6 +29,7 @@ class GpuPolicy:
 
     matrix: frozenset[str] = frozenset()
     mig: mig.MigTable = field(default_factory=mig.MigTable.default)
+    catalogue: disruptive.Catalogue = field(default_factory=disruptive.Catalogue.packaged)
 
     def owner(self, live: LiveNode, key: str, inventory: frozenset[str]) -> str | None:
         return provenance.owner_of(live, key, inventory)
@@ -52,7 +53,7 @@ class GpuPolicy:
         return projected.allocatable
 
     def disruptive(self, key: str) -> bool:
-        return disruptive.fact_for(key) is not None
+        return self.catalogue.fact_for(key) is not None
 
     def unsupported_image(self, live: LiveNode, changes: Sequence[NodeChange]) -> str | None:
         """The image tag these changes would move a GPU node onto, if the matrix lacks it."""
@@ -113,6 +114,7 @@ def busy_rollouts(projection: Projection) -> Iterable[Finding]:
     planned = [n for n in projection.nodes if any(c.rollout for c in n.changes)]
     if not planned:
         return
+    catalogue = disruptive.Catalogue.of(projection.desired)
     on_node: dict[str, list[str]] = {}
     for pod in running_pods(projection.pods_on(n.name for n in planned)):
         if disruptive.uses_gpu(pod.spec):
@@ -122,7 +124,7 @@ def busy_rollouts(projection: Projection) -> Iterable[Finding]:
         if not users:
             continue
         changes = [c for c in node.changes if c.rollout]
-        facts = [disruptive.fact_for(c.key) for c in changes]
+        facts = [catalogue.fact_for(c.key) for c in changes]
         shown = ", ".join(f"{c.key}={c.shown_value}" for c in changes)
         state = next((f.state for f in facts if f is not None and f.state), None)
         then = f", waits for {state.label}={state.done[0]}" if state else ""
@@ -176,7 +178,7 @@ ALL_CHECKS: tuple[Check, ...] = (*ENGINE_CHECKS, *GPU_CHECKS)
 
 
 def policy(state: DesiredState) -> GpuPolicy:
-    return GpuPolicy(state.matrix_tags, mig_table(state)[0])
+    return GpuPolicy(state.matrix_tags, mig_table(state)[0], disruptive.Catalogue.of(state))
 
 
 CLUSTER_POLICY: Final = ("nvidia.com/v1", "ClusterPolicy")

@@ -51,16 +51,18 @@ def all_of(gates: Sequence[Gate]) -> Gate | None:
     return gate
 
 
-def bake(seconds: float, ops: NodeOps) -> Gate:
+def bake(seconds: float, ops: NodeOps, catalogue: disruptive.Catalogue | None = None) -> Gate:
     """The batch watched for `seconds`: it halts when one of its nodes stops being Ready,
     is recorded failed, or has an operator state label turn to a failed value."""
+
+    states = (catalogue or disruptive.Catalogue.packaged()).states()
 
     def gate(batch: Batch) -> str | None:
         deadline = ops.clock() + seconds
         ops.note(f"baking: batch {batch.number} ({', '.join(batch.nodes)}) for {seconds:g}s")
         while True:
             for name in batch.nodes:
-                if problem := _unhealthy(ops.cluster.get_node(name)):
+                if problem := _unhealthy(ops.cluster.get_node(name), states):
                     return f"{name} {problem} during the {seconds:g}s bake of batch {batch.number}"
             if ops.clock() >= deadline:
                 return None
@@ -69,14 +71,14 @@ def bake(seconds: float, ops: NodeOps) -> Gate:
     return gate
 
 
-def _unhealthy(live: LiveNode) -> str | None:
+def _unhealthy(live: LiveNode, states: Sequence[disruptive.StateLabel]) -> str | None:
     if not live.ready:
         return "is not Ready"
     if ROLLOUT_FAILED in live.annotations:
         return f"failed ({live.annotations[ROLLOUT_FAILED]})"
-    for fact in disruptive.catalogue():
-        if fact.state and live.labels.get(fact.state.label) in fact.state.failed:
-            return f"reports {fact.state.label}={live.labels[fact.state.label]}"
+    for state in states:
+        if live.labels.get(state.label) in state.failed:
+            return f"reports {state.label}={live.labels[state.label]}"
     return None
 
 

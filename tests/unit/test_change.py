@@ -428,3 +428,67 @@ def test_the_rollout_document_names_what_it_rolls_out_and_leaves_the_other_out()
     assert "halted" not in RolloutOutcome.after(
         RolloutDocument.of(plan, dry_run=False, facts={}), RolloutResult((), (), (), ()), ()
     ).model_dump(mode="json")
+
+
+SITE_FACTS = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: DisruptiveFacts
+metadata: {name: fabric}
+facts:
+- key: example.com/fabric.config
+  disrupts: the fabric manager restarts and the node's NVLink partitions are rebuilt
+  state: {label: example.com/fabric.state, working: [pending], done: [ready], failed: [error]}
+"""
+
+
+def test_a_fact_desired_declares_disruptive_is_rolled_out_and_its_state_waited_for(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "disruptive").mkdir()
+    (tmp_path / "disruptive" / "fabric.yaml").write_text(SITE_FACTS)
+    (tmp_path / "nodes").mkdir()
+    (tmp_path / "nodes" / "n0.yaml").write_text(
+        NODE.format(name="n0", layout="all-disabled") + "  example.com/fabric.config: v2\n"
+    )
+    cluster = _cluster("n0")
+    _gpu_pod(cluster, "trainer", "n0")
+    state, problems = load_desired(tmp_path)
+    assert not problems
+    catalogue = gpu.policy(state).catalogue
+    plan = gpu.plan(PlanRequest(state), cluster)
+    [node] = plan.nodes
+    assert [(c.key, c.rollout) for c in node.changes] == [("example.com/fabric.config", True)]
+    assert [f.kind for f in plan.findings if f.blocksApply] == [gpu.ROLLOUT_REQUIRED]
+
+    clock, steps = _Clock(), []
+    ops = NodeOps(cluster, steps.append, lambda note: None, sleep=clock.sleep, clock=clock)
+    work = change.FactWork(
+        {"n0": node},
+        {"n0": operations.fresh_replan(state, plan)},
+        MigTable.default(),
+        ops,
+        catalogue=catalogue,
+    )
+    clock.at(
+        5,
+        lambda: cluster.nodes["n0"]["metadata"]["labels"].update(
+            {"example.com/fabric.state": "ready"}
+        ),
+    )
+    job = Rollout(RolloutRequest(), work, ops)
+    result = job.run(job.preflight())
+
+    assert result.ok
+    assert Step("n0", "example.com/fabric.state", "ready") in steps
+    assert cluster.get_pod("train", "trainer") is None
+    assert (
+        change.status(
+            [cluster.get_node("n0")], {}, [], {}, stuck_after=1, now=NOW, catalogue=catalogue
+        )
+        == []
+    )
+    cluster.nodes["n0"]["metadata"]["labels"]["example.com/fabric.state"] = "error"
+    [failed] = change.status(
+        [cluster.get_node("n0")], {}, [], {}, stuck_after=1, now=NOW, catalogue=catalogue
+    )
+    assert (failed.state, failed.blocked) == ("example.com/fabric.state=error", True)

@@ -525,7 +525,7 @@ def test_stray_files_are_warned_about_not_loaded(tree: Path) -> None:
             "file ignored",
             problems[0].source,
             "desired state lives in nodes/*.yaml|*.env, groups/*.yaml, drivers/*.yaml|*.csv, "
-            "workloads/**.yaml and gates/*.yaml",
+            "workloads/**.yaml, gates/*.yaml and disruptive/*.yaml",
         )
     ]
     assert str(problems[0].source) == "desired/labels.yaml"
@@ -1044,4 +1044,29 @@ def test_a_gate_that_is_not_a_lone_unpinned_job_is_refused_where_it_is(tree: Pat
         "desired/gates/ holds the Jobs `reconcile rollout --gate job=FILE` runs",
         "desired/gates/two.yaml:10:1: a gate file holds one Job; this one holds 2 documents: "
         "put each gate in a file of its own",
+    ]
+
+
+def test_a_disruptive_fact_names_a_key_or_a_prefix_and_is_declared_once(tree: Path) -> None:
+    write(
+        tree / "disruptive" / "site.yaml",
+        """\
+        apiVersion: reconcile.dev/v1alpha1
+        kind: DisruptiveFacts
+        metadata: {name: site}
+        facts:
+        - {key: example.com/fabric.config, disrupts: the fabric manager restarts}
+        - {key: example.com/fabric.config, disrupts: again}
+        - {key: example.com/a, prefix: example.com/b., disrupts: both}
+        """,
+    )
+
+    assert errors(tree) == [
+        "desired/disruptive/site.yaml:7:3: facts.2: give exactly one of key and prefix"
+    ]
+    site = tree / "disruptive" / "site.yaml"
+    site.write_text(site.read_text().replace("key: example.com/a, ", ""))
+    assert errors(tree) == [
+        "desired/disruptive/site.yaml:6:3: disruptive fact example.com/fabric.config is "
+        "declared twice: first declared at desired/disruptive/site.yaml:5:3"
     ]

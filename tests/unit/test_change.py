@@ -460,7 +460,7 @@ def test_a_fact_desired_declares_disruptive_is_rolled_out_and_its_state_waited_f
     assert [(c.key, c.rollout) for c in node.changes] == [("example.com/fabric.config", True)]
     assert [f.kind for f in plan.findings if f.blocksApply] == [gpu.ROLLOUT_REQUIRED]
 
-    clock, steps = _Clock(), []
+    clock, steps = _Clock(), list[Step]()
     ops = NodeOps(cluster, steps.append, lambda note: None, sleep=clock.sleep, clock=clock)
     work = change.FactWork(
         {"n0": node},

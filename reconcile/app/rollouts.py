@@ -14,11 +14,12 @@ import datetime
 import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final, Protocol, TypedDict
 
 from reconcile.app.session import Session, Target, log, plan_key, stoppable
-from reconcile.app.targets import load_one, one_target
+from reconcile.app.targets import load_one, load_targets, one_target
 from reconcile.diagnostics import ReconcileError
 
 # The GPU domain only for signatures here: the command line reads DEFAULT_MAX_UNAVAILABLE
@@ -332,6 +333,8 @@ def run_stoppable(
     planned: RolloutDocument,
     events: _StateEvents,
     gate: Gate | None = None,
+    *,
+    gate_last: bool = False,
 ) -> tuple[RolloutOutcome, int | None]:
     """The rollout run under `stoppable` (SIGINT, SIGTERM: nodes in flight finish, no
     other starts): its outcome, and the signal that stopped it early."""
@@ -343,7 +346,7 @@ def run_stoppable(
             target=_stop_when, args=(stopped, job.stop, over), daemon=True, name="rollout-stop"
         ).start()
         try:
-            result = job.run(plan, gate)
+            result = job.run(plan, gate, gate_last=gate_last)
         finally:
             over.set()
     return RolloutOutcome.after(planned, result, events.events), stopped[0] if stopped else None
@@ -445,10 +448,81 @@ class FactRollout:
 
 def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) -> RolledOut:
     """The disruptive facts the plan of desired/ holds (and the nodes a run left midway),
-    rolled out in batches: the plan's blocking findings and every batch's drain
-    preflighted before the first write (UpgradeRefused naming every problem), then,
-    unless a dry run, node by node: cordon, drain its GPU pods, write, wait for the
-    operator's state, verify, uncordon."""
+    rolled out in batches on the one cluster (in a fleet: the one --cluster names): the
+    plan's blocking findings and every batch's drain preflighted before the first write
+    (UpgradeRefused naming every problem), then, unless a dry run, node by node: cordon,
+    drain its GPU pods, write, wait for the operator's state, verify, uncordon."""
+    target = one_target(session, request.cluster, "rollout")
+    return _roll_out_on(session, request, target, watch, gate_last=False)
+
+
+@dataclass(frozen=True)
+class ClusterRollout:
+    """One cluster of a fleet's rollout: its result, the error that refused or stopped
+    it, or neither when it was not started (an earlier cluster stopped the rollout)."""
+
+    cluster: str
+    result: RolledOut | None = None
+    error: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """True when the clusters after this one must not start."""
+        if self.error is not None:
+            return True
+        if self.result is None or self.result.outcome is None:
+            return False
+        return self.result.stopped_by is not None or not self.result.outcome.ok
+
+
+def roll_out_fleet(
+    session: Session,
+    request: FactRollout,
+    watching: Callable[[str], AbstractContextManager[UpgradeWatch]],
+) -> list[ClusterRollout]:
+    """Each cluster of the fleet rolled out in the fleet's waves, one cluster at a time,
+    each heard by the watch `watching(cluster)` gives. A cluster not in the last wave
+    passes the gates after its last batch too (the next wave waits for them). The first
+    cluster refused, failed, halted or interrupted stops the rest, which are not started."""
+    found = load_targets(session, ())
+    assert found.fleet is not None
+    waves = found.fleet.waves
+    done: list[ClusterRollout] = []
+    for index, wave in enumerate(waves):
+        for member in wave:
+            if any(c.stopped for c in done):
+                done.append(ClusterRollout(member.name))
+                continue
+            target = found.named(member.name)
+            with watching(member.name) as watch:
+                try:
+                    rolled = _roll_out_on(
+                        session, request, target, watch, gate_last=index < len(waves) - 1
+                    )
+                except ReconcileError as e:
+                    done.append(ClusterRollout(member.name, error=str(e)))
+                    continue
+            done.append(ClusterRollout(member.name, rolled))
+            if rolled.stopped_by is not None:
+                return done + [
+                    ClusterRollout(m.name)
+                    for later in waves[index:]
+                    for m in later
+                    if m.name not in {c.cluster for c in done}
+                ]
+    return done
+
+
+def _roll_out_on(
+    session: Session,
+    request: FactRollout,
+    target: Target,
+    watch: UpgradeWatch,
+    *,
+    gate_last: bool,
+) -> RolledOut:
+    """`roll_out_facts` on `target`; with `gate_last`, the gates are asked after the last
+    batch too."""
     from reconcile.engine import saved
     from reconcile.engine.operations import PlanRequest
     from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity
@@ -457,7 +531,6 @@ def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) 
     from reconcile.gpu.rollout import Rollout
     from reconcile.gpu.upgrade import NodeOps
 
-    target = one_target(session, request.cluster, "rollout")
     if request.plan_file is not None:
         saved_plan, state = _open_saved(session, request.plan_file)
     else:
@@ -523,7 +596,7 @@ def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) 
     if request.dry_run or not rollout.batches:
         return RolledOut(document, DesiredAfter())
     gate = _gates(session, request, state, cluster, ops)
-    outcome, stopped = run_stoppable(job, rollout, document, events, gate)
+    outcome, stopped = run_stoppable(job, rollout, document, events, gate, gate_last=gate_last)
     return RolledOut(document, DesiredAfter(), outcome, stopped)
 
 
@@ -591,18 +664,14 @@ def _gates(
     return gates.all_of(chosen)
 
 
-def rollout_status(
-    session: Session, cluster_name: str | None, stuck_after: float
-) -> list[NodeStatus]:
-    """Each node with something to say about a rollout (gpu/change.py `status`): the
-    nodes as they are now, the plan's disruptive changes when desired/ is there, the
-    pods on those nodes and their namespaces' budgets."""
+def rollout_status(target: Target, cluster: Cluster, stuck_after: float) -> list[NodeStatus]:
+    """Each node of `cluster` with something to say about a rollout (gpu/change.py
+    `status`): the nodes as they are now, the plan's disruptive changes when desired/ is
+    there, the pods on those nodes and their namespaces' budgets."""
     from reconcile.engine.operations import PlanRequest
     from reconcile.gpu import change
     from reconcile.gpu import checks as gpu
 
-    target = one_target(session, cluster_name, "rollout status")
-    cluster = session.connect(None, target)
     plan = gpu.plan(PlanRequest(target.state), cluster)
     planned = {n.name: n for n in plan.nodes if any(c.rollout for c in n.changes)}
     nodes = cluster.list_nodes()

@@ -3,6 +3,7 @@ and sanitizing vendor strings into label values."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,17 +30,19 @@ from reconcile.cli.output import (
     EXIT_OK,
     EXIT_SIGINT,
     Format,
+    for_cluster,
     log,
     upgrade_line,
 )
 from reconcile.diagnostics import ReconcileError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
     from typing import Unpack
 
-    from reconcile.app.rollouts import RolledOut, UpgradeOptions
+    from reconcile.app.rollouts import FactRollout, RolledOut, UpgradeOptions
     from reconcile.cli.views import View
+    from reconcile.gpu.change import NodeStatus
     from reconcile.gpu.drivers import AuditFinding, Coverage
     from reconcile.gpu.operations import Report
     from reconcile.gpu.rollout import RolloutDocument
@@ -380,7 +383,11 @@ def upgrade(
     "--ignore-daemonsets", is_flag=True, help="Leave DaemonSet pods that use GPUs in place."
 )
 @click.option("--force", is_flag=True, help="Also evict GPU pods that no controller recreates.")
-@click.option("--cluster", metavar="NAME", help="In a fleet: the cluster to roll out on.")
+@click.option(
+    "--cluster",
+    metavar="NAME",
+    help="In a fleet: only this cluster (default: every cluster, wave by wave).",
+)
 def rollout(
     session: Session,
     output: Format,
@@ -399,6 +406,7 @@ def rollout(
     Everything is preflighted before the first write (the plan's blocking findings, each
     batch's drain against the budgets). Each node's phase is kept in its
     reconcile.dev/rollout-phase annotation: an interrupted run resumes where it stopped.
+    In a fleet the clusters go wave by wave, each passing the gates before the next wave.
     `reconcile rollout status` says where each node is and what blocks it.
     """
     if click.get_current_context().invoked_subcommand is not None:
@@ -416,16 +424,49 @@ def rollout(
         gates=tuple(rollouts.GateSpec.parse(text) for text in gates),
         **options,
     )
+    if session.is_fleet and request.cluster is None:
+        return _roll_out_fleet(session, request, view_for(output))
     view = _UpgradeView(view_for(output), dry_run=request.dry_run)
     result = rollouts.roll_out_facts(session, request, view)
     view.render(result)
     return view.exit_code(result)
 
 
+def _roll_out_fleet(session: Session, request: FactRollout, view: View) -> int:
+    """A fleet's rollout, wave by wave: each cluster's lines as they come, started by its
+    name (-o json: one FleetResult at the end); the first cluster that stops stops the
+    rest, and the exit code is that cluster's."""
+    from reconcile.app import rollouts
+    from reconcile.cli.views import prefixed
+    from reconcile.engine.fleet import Outcome
+
+    @contextlib.contextmanager
+    def watching(name: str) -> Iterator[_UpgradeView]:
+        with for_cluster(name):
+            yield _UpgradeView(prefixed(view, name), dry_run=request.dry_run)
+
+    done = rollouts.roll_out_fleet(session, request, watching)
+    view.clusters(
+        [Outcome(c.cluster, c.result, c.error) for c in done if c.result or c.error],
+        lambda shown, rolled: shown.rollout(rolled.document),
+    )
+    waiting = [c.cluster for c in done if c.result is None and c.error is None]
+    for cluster in (c for c in done if c.stopped):
+        rest = f"; clusters not started: {', '.join(waiting)}" if waiting else ""
+        outcome = cluster.result.outcome if cluster.result is not None else None
+        if cluster.result is not None and cluster.result.stopped_by is not None:
+            summary = outcome.summary if outcome is not None else ""
+            stderr().write(f"interrupted: {cluster.cluster}: {summary}{rest}; rerun to resume\n")
+            return EXIT_SIGINT
+        why = cluster.error or (outcome.summary if outcome is not None else "")
+        raise ReconcileError(f"rollout stopped at cluster {cluster.cluster}: {why}{rest}")
+    return EXIT_OK
+
+
 @rollout.command("status")
 @common_options
 @outputs(*TEXT_AND_JSON)
-@click.option("--cluster", metavar="NAME", help="In a fleet: the cluster to look at.")
+@cluster_option
 @click.option(
     "--stuck-after",
     default="15m",
@@ -435,17 +476,25 @@ def rollout(
     help="When a node waiting on the operator counts as stuck.",
 )
 def rollout_status(
-    session: Session, output: Format, cluster: str | None, stuck_after: float
+    session: Session, output: Format, clusters: tuple[str, ...], stuck_after: float
 ) -> int:
     """Where each node of a rollout is: `<node> <state> <for> <what blocks it>`, for the
-    nodes in a rollout, waiting on the operator, failed, or planning a disruptive change.
-    Exit 0 when nothing blocks, 1 when something does."""
+    nodes in a rollout, waiting on the operator, failed, or planning a disruptive change
+    (in a fleet, each cluster's). Exit 0 when nothing blocks, 1 when something does."""
     from reconcile.app import rollouts
     from reconcile.cli.views import view_for
 
-    found = rollouts.rollout_status(session, cluster, stuck_after)
-    view_for(output).rollout_status(found)
-    return EXIT_DRIFT if any(n.blocked for n in found) else EXIT_OK
+    def show(view: View, found: list[NodeStatus]) -> int:
+        view.rollout_status(found)
+        return EXIT_DRIFT if any(n.blocked for n in found) else EXIT_OK
+
+    return per_cluster(
+        session,
+        view_for(output),
+        clusters,
+        lambda target, cluster: rollouts.rollout_status(target, cluster, stuck_after),
+        show,
+    )
 
 
 class _UpgradeView:

@@ -79,6 +79,15 @@ def write_json(document: Any, out: TextIO) -> None:
     out.write("\n")
 
 
+def prefixed(view: View, cluster: str, first: Callable[[str], str] = name_first) -> View:
+    """`view` writing each stdout line started by `first(cluster)` and each stderr line
+    by `<cluster>: `."""
+    return view.to(
+        cast(TextIO, Prefixed(view.out, first(cluster))),
+        cast(TextIO, Prefixed(view.err, f"{cluster}: ")),
+    )
+
+
 def each_cluster(
     view: View,
     outcomes: Sequence[Outcome[T]],
@@ -90,12 +99,7 @@ def each_cluster(
     (and note) by `<cluster>: `."""
     several = len(outcomes) > 1
     for outcome in outcomes:
-        shown = view
-        if several:
-            shown = view.to(
-                cast(TextIO, Prefixed(view.out, first(outcome.cluster))),
-                cast(TextIO, Prefixed(view.err, f"{outcome.cluster}: ")),
-            )
+        shown = prefixed(view, outcome.cluster, first) if several else view
         with for_cluster(outcome.cluster if several else None):
             if outcome.value is not None:
                 show(shown, outcome.value)

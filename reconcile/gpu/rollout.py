@@ -561,10 +561,13 @@ class Rollout:
 
     # --- execution --------------------------------------------------------------------------
 
-    def run(self, plan: RolloutPlan, gate: Gate | None = None) -> RolloutResult:
+    def run(
+        self, plan: RolloutPlan, gate: Gate | None = None, *, gate_last: bool = False
+    ) -> RolloutResult:
         """The batches in order until done, the first failure, or `stop()`. `gate`, when
-        given, is asked after each batch but the last whether the next may start: None
-        lets it, a reason halts the rollout there (the nodes after it not started)."""
+        given, is asked after each batch but the last (and the last too, `gate_last`: a
+        fleet's next wave waits for it) whether the next may start: None lets it, a
+        reason halts the rollout there (the nodes after it not started)."""
         done: list[str] = []
         failed: list[tuple[str, str]] = []
         started: set[str] = set()
@@ -606,7 +609,7 @@ class Rollout:
 
             with ThreadPoolExecutor(max_workers=len(batch.nodes)) as pool:
                 list(pool.map(one, batch.nodes))
-            last = index == len(plan.batches) - 1
+            last = index == len(plan.batches) - 1 and not gate_last
             healthy = not failed or keep_going
             if gate is not None and healthy and not last and not self._stop.is_set():
                 halted = gate(batch)

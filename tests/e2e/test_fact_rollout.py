@@ -11,6 +11,8 @@ replacement the budget waits for itself."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -518,3 +520,65 @@ def test_sigint_leaves_the_node_at_its_wait_and_the_same_command_resumes(
     assert gpu0 == ["gpu-0 validation-required", "gpu-0 uncordon-required", "gpu-0 rollout-done"]
     assert pool.node("gpu-0")["metadata"]["labels"][STATE] == "success"
     assert not pool.node("gpu-0")["spec"].get("unschedulable")
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "mig-pool"
+
+
+def test_a_fleets_rollout_stops_at_the_wave_that_fails_and_leaves_the_next_alone(
+    tmp_path: Path,
+) -> None:
+    """The example fleet: staging (wave 1) fails its layout, so prod (wave 2) is not
+    started. Two sandboxes with a kubeconfig context each, as `reconcile sandbox --seed
+    staging.yaml --seed prod.yaml` serves them, and a mig-manager stand-in for each."""
+    from reconcile.gpu import standin
+    from reconcile.sandbox import Sandbox
+    from reconcile.sandbox.main import load_seed, merged_kubeconfig
+
+    work = tmp_path / "work"
+    shutil.copytree(EXAMPLE, work)
+    names = ["staging", "prod"]
+    sandboxes = [
+        Sandbox(load_seed(str(EXAMPLE / f"{name}.yaml")), unrecorded_agents={standin.AGENT})
+        for name in names
+    ]
+    config = tmp_path / "kubeconfig"
+    stop = lambda: None  # noqa: E731 - replaced once the sandboxes serve
+    try:
+        for sandbox in sandboxes:
+            sandbox.start()
+        config.write_text(json.dumps(merged_kubeconfig(sandboxes, names)))
+        staging = TestCluster(_single(sandboxes[0], tmp_path / "staging"), sandboxes[0])
+        prod = TestCluster(_single(sandboxes[1], tmp_path / "prod"), sandboxes[1])
+        stop = standin.serve(config, names)
+        _patch(
+            staging,
+            "/api/v1/nodes/stg-a100-0",
+            {"metadata": {"annotations": {"mig-manager.stand-in/fail": "true"}}},
+        )
+        before = snapshot(prod)
+
+        failed = run_cli("rollout", "--state-timeout", "30s", cwd=work, kubeconfig=config)
+
+        assert failed.code == 2
+        [error] = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+        assert error.startswith(
+            "error: rollout stopped at cluster staging: stg-a100-0 failed: "
+            "nvidia.com/mig.config.state=failed"
+        )
+        assert error.endswith("; clusters not started: prod")
+        assert failed.lines[-1] == "staging stg-a100-0 rollout-failed"
+        assert not [line for line in failed.lines if line.startswith("prod ")]
+        assert snapshot(prod) == before
+        status = run_cli("rollout", "status", cwd=work, kubeconfig=config)
+        assert status.code == 1
+        assert status.lines[0].startswith("staging stg-a100-0 rollout-failed ")
+    finally:
+        stop()
+        for sandbox in sandboxes:
+            sandbox.stop()
+
+
+def _single(sandbox: Any, path: Path) -> Path:
+    sandbox.write_kubeconfig(path)
+    return path

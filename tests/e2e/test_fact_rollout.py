@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -543,14 +544,14 @@ def test_a_fleets_rollout_stops_at_the_wave_that_fails_and_leaves_the_next_alone
         for name in names
     ]
     config = tmp_path / "kubeconfig"
-    stop = lambda: None  # noqa: E731 - replaced once the sandboxes serve
+    stops: list[Callable[[], None]] = []
     try:
         for sandbox in sandboxes:
             sandbox.start()
         config.write_text(json.dumps(merged_kubeconfig(sandboxes, names)))
         staging = TestCluster(_single(sandboxes[0], tmp_path / "staging"), sandboxes[0])
         prod = TestCluster(_single(sandboxes[1], tmp_path / "prod"), sandboxes[1])
-        stop = standin.serve(config, names)
+        stops.append(standin.serve(config, names))
         _patch(
             staging,
             "/api/v1/nodes/stg-a100-0",
@@ -574,7 +575,8 @@ def test_a_fleets_rollout_stops_at_the_wave_that_fails_and_leaves_the_next_alone
         assert status.code == 1
         assert status.lines[0].startswith("staging stg-a100-0 rollout-failed ")
     finally:
-        stop()
+        for stop in stops:
+            stop()
         for sandbox in sandboxes:
             sandbox.stop()
 

@@ -911,7 +911,7 @@ def test_the_images_wheel_stage_builds_a_working_reconcile(tmp_path: Path) -> No
     assert installed_version == version
     assert (
         schemas
-        == "['driversupportmatrix.schema.json', 'fleet.schema.json', 'nodefeatures.schema.json', 'nodegroup.schema.json', 'plan.schema.json']"
+        == "['disruptivefacts.schema.json', 'driversupportmatrix.schema.json', 'fleet.schema.json', 'nodefeatures.schema.json', 'nodegroup.schema.json', 'plan.schema.json']"
     )
     assert all(
         name in requirements for name in ("kubernetes", "pydantic", "ruamel.yaml", "deepdiff")

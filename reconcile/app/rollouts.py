@@ -277,22 +277,12 @@ def _roll_out(
     a dry run, its batches run until done, the first failure, or a signal."""
     from reconcile.gpu import operations
     from reconcile.gpu.rollout import DriverWork
-    from reconcile.gpu.upgrade import STATE, UPGRADE_DONE, NodeOps
+    from reconcile.gpu.upgrade import STATE, UPGRADE_DONE
 
     state = target.state
     events = _StateEvents(watch, STATE, UPGRADE_DONE)
     cluster = session.connect(None, target)
-    ops = operations.with_declared(
-        NodeOps(
-            cluster,
-            events,
-            watch.note,
-            timeout=request.timeout,
-            ignore_daemonsets=request.ignore_daemonsets,
-            force=request.force,
-        ),
-        state,
-    )
+    ops = _node_ops(cluster, events, watch, state, request)
     work = DriverWork(request.version, state, ops)
     pool = _pool_request(request.nodes, request.selector, request.pacing)
     job, plan = operations.rollout_plan(pool, work, ops)
@@ -313,6 +303,42 @@ def _roll_out(
         write=request.write_desired,
     )
     return RolledOut(planned, desired, outcome, stopped)
+
+
+class _Draining(Protocol):
+    """How a request drains each node (`DriverUpgrade`, `FactRollout`)."""
+
+    @property
+    def timeout(self) -> float: ...
+
+    @property
+    def ignore_daemonsets(self) -> bool: ...
+
+    @property
+    def force(self) -> bool: ...
+
+
+def _node_ops(
+    cluster: Cluster,
+    events: _StateEvents,
+    watch: UpgradeWatch,
+    state: DesiredState,
+    request: _Draining,
+) -> NodeOps:
+    """What each node's work uses: the cluster, the watch, the drain the request asks for
+    and the budgets desired/ declares."""
+    from reconcile.gpu import operations
+    from reconcile.gpu.upgrade import NodeOps
+
+    ops = NodeOps(
+        cluster,
+        events,
+        watch.note,
+        timeout=request.timeout,
+        ignore_daemonsets=request.ignore_daemonsets,
+        force=request.force,
+    )
+    return operations.with_declared(ops, state)
 
 
 def rollout_document(
@@ -529,7 +555,6 @@ def _roll_out_on(
     from reconcile.gpu import change, operations
     from reconcile.gpu import checks as gpu
     from reconcile.gpu.rollout import Rollout
-    from reconcile.gpu.upgrade import NodeOps
 
     if request.plan_file is not None:
         saved_plan, state = _open_saved(session, request.plan_file)
@@ -550,17 +575,7 @@ def _roll_out_on(
             plan.options,
         )
     events = _StateEvents(watch, change.PHASE, change.ROLLOUT_DONE)
-    ops = operations.with_declared(
-        NodeOps(
-            cluster,
-            events,
-            watch.note,
-            timeout=request.timeout,
-            ignore_daemonsets=request.ignore_daemonsets,
-            force=request.force,
-        ),
-        state,
-    )
+    ops = _node_ops(cluster, events, watch, state, request)
     source = saved_plan if saved_plan is not None else plan
     planned = {n.name: n for n in source.nodes if any(c.rollout for c in n.changes)}
     work = change.FactWork(

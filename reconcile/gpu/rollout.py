@@ -1,23 +1,25 @@
-"""A driver change across a pool of nodes: every node preflighted before the first write,
-batches simulated against the disruption budgets, then the batches in order, each node
-walking the GPU Operator's states (upgrade.py), never more nodes unavailable than allowed.
+"""A change across a pool of nodes, whatever it does to each node (the `Work`: a driver
+change, `DriverWork` here; disruptive facts, change.FactWork): every node preflighted
+before the first write, batches simulated against the disruption budgets, then the
+batches in order, never more nodes unavailable than allowed, gates asked between them.
 
-Preflight reports every problem in one run: the missing support-matrix rows (all of
-them), the nodes that are not GPU nodes, and each batch a budget would block, with the
-smallest change that lets it through (in desired/ when desired/ declares the budget).
-A budget blocks the preflight only if it could not allow a batch's evictions even with
-every pod it expects healthy. What is short only for now (the replacement of a pod the
-previous batch evicted is still starting) is waited for before the batch starts, up to
---timeout, as `kubectl drain` retries an eviction the budget refuses and the GPU
-Operator's upgrade controller waits; the wait is said as a `waiting: ...` note.
+Preflight reports every problem in one run: what the work refuses (for a driver: the
+missing support-matrix rows, all of them, and the nodes that are not GPU nodes), and each
+batch a budget would block, with the smallest change that lets it through (in desired/
+when desired/ declares the budget). A budget blocks the preflight only if it could not
+allow a batch's evictions even with every pod it expects healthy. What is short only for
+now (the replacement of a pod the previous batch evicted is still starting) is waited for
+before the batch starts, up to --timeout, as `kubectl drain` retries an eviction the
+budget refuses and the GPU Operator's upgrade controller waits; the wait is said as a
+`waiting: ...` note.
 
-Execution stops at the first node that fails: nodes not started are untouched, the failed
-one is left in `upgrade-failed` (cordoned if its drain had begun), and a rerun resumes
-(nodes at the target driver are skipped and listed as done).
+Execution stops at the first node that fails (unless `keep_going`), or where a gate
+halts it: nodes not started are untouched, the failed one is left where the work leaves
+it (a driver: `upgrade-failed`, cordoned if its drain had begun), and a rerun resumes.
 
 The Rollout document (`RolloutDocument` as preflighted, `RolloutOutcome` after the run)
-is the rollout as `upgrade -o json` prints it: frozen, its JSON dump the document.
-"""
+is the rollout as `upgrade -o json` and `rollout -o json` print it: frozen, its JSON dump
+the document."""
 
 from __future__ import annotations
 

@@ -584,3 +584,37 @@ def test_a_fleets_rollout_stops_at_the_wave_that_fails_and_leaves_the_next_alone
 def _single(sandbox: Any, path: Path) -> Path:
     sandbox.write_kubeconfig(path)
     return path
+
+
+def test_a_prometheus_gate_that_finds_xid_errors_halts_before_the_next_batch(
+    pool: TestCluster, work: Path
+) -> None:
+    from http.server import ThreadingHTTPServer
+
+    from tests.unit.test_gates import _Prometheus, _vector
+
+    _patch(pool, "/api/v1/nodes/spare-1", {"spec": {"unschedulable": None}})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Prometheus.asked.clear()
+    _Prometheus.answers[:] = [_vector("2")]
+    query = 'increase(DCGM_FI_DEV_XID_ERRORS{Hostname=~"$NODES"}[10m]) > 0'
+    try:
+        halted = _rollout(
+            pool,
+            work,
+            "--gate",
+            f"prom={query}",
+            "--prometheus-url",
+            f"http://127.0.0.1:{server.server_address[1]}",
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert halted.code == 2
+    assert _Prometheus.asked == ['increase(DCGM_FI_DEV_XID_ERRORS{Hostname=~"gpu-0"}[10m]) > 0']
+    [error] = [line for line in halted.stderr.splitlines() if line.startswith("error:")]
+    assert f"halted: gate prom={query}: 1 series not zero after batch 1" in error
+    assert "not started: gpu-1" in error
+    assert change.PHASE not in (pool.node("gpu-1")["metadata"].get("annotations") or {})

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import gc
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -18,6 +20,18 @@ from tests.support import (
 ClusterFactory = Callable[[list[dict[str, Any]]], TestCluster]
 
 
+# Workers per core under `-n auto`: much of the suite waits (on a server thread, a
+# subprocess, a poll), so two workers per core keep both cores busy where one each left
+# them idle half the time.
+WORKERS_PER_CORE: Final = 2
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown under -p no:xdist
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: two workers per core the process may run on."""
+    return WORKERS_PER_CORE * len(os.sched_getaffinity(0))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     """`-n` without `--dist` distributes by work stealing, not xdist's default `load`.
@@ -31,14 +45,53 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         option.dist = "worksteal"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests marked `slow` run first, in their order, then the rest in theirs.
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests marked `slow` dealt out among the workers, spread through each one's run.
 
-    Under `-n` each worker starts on a queue of its own, and an idle worker steals half of
-    another's; a test already running cannot be stolen. Started first, the few tests that
-    take seconds (a build, processes, real waits) overlap the many quick ones instead of
-    leaving one worker to finish them alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    Work stealing hands each of the k workers a run of the collection (the first len/k
+    tests to the first, and so on) and takes from the tail of a queue, never the test
+    running. The slow tests (the few that take seconds: a build, processes, real waits)
+    are dealt in turn, each worker's share spread over the first two thirds of its run:
+    at its head they would all wait at once, leaving the cores idle; at its tail one
+    worker would finish them alone. Without workers: the slow ones first, then the rest,
+    each in collection order."""
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    quick = [item for item in items if item.get_closest_marker("slow") is None]
+    worker_input = getattr(config, "workerinput", {})
+    workers = int(worker_input.get("workercount", 1))
+    # A worker's own options do not show the `--dist` pytest_cmdline_main chose for the
+    # main process: work stealing unless the command line named another.
+    stealing = not any(arg.startswith("--dist") for arg in worker_input.get("mainargv", ()))
+    if workers <= 1 or not stealing:
+        items[:] = slow + quick
+        return
+    ordered: list[pytest.Item] = []
+    remaining = len(items)
+    for worker in range(workers):
+        size = remaining // (workers - worker)  # as worksteal's first distribution
+        remaining -= size
+        share = slow[worker::workers]
+        run = quick[: size - len(share)]
+        del quick[: size - len(share)]
+        for place, item in reversed(list(enumerate(share))):
+            run.insert(place * 2 * len(run) // (3 * len(share)), item)
+        ordered += run
+    items[:] = ordered + quick
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """No garbage collection while the tests are collected (see pytest_collection_finish)."""
+    gc.disable()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Collection (importing and rewriting every test module) allocates a great deal and
+    frees nearly all of it by reference counting: the collector's passes over the growing
+    heap were a third of its time. What it built (the modules, the test items) lives
+    until the process ends, so it is frozen out of the collector's reach before the
+    collector runs again."""
+    gc.freeze()
+    gc.enable()
 
 
 @pytest.fixture

@@ -290,6 +290,7 @@ def _replace_on_the_sandbox(cluster: TestCluster) -> None:
     _patch(cluster, f"/api/v1/namespaces/train/pods/{name}/status", {"status": RUNNING})
 
 
+@pytest.mark.slow
 def test_a_pools_new_layout_is_refused_by_apply_and_rolled_out_node_by_node(
     pool: TestCluster, work: Path
 ) -> None:
@@ -467,6 +468,7 @@ def test_a_gate_that_fails_halts_before_the_next_batch(pool: TestCluster, work: 
     assert [j["spec"]["template"]["spec"]["nodeName"] for j in job] == ["gpu-0"]
 
 
+@pytest.mark.slow
 def test_sigint_leaves_the_node_at_its_wait_and_the_same_command_resumes(
     pool: TestCluster, work: Path
 ) -> None:

@@ -148,6 +148,7 @@ def test_the_nodes_are_asked_for_without_waiting_for_the_identity(tmp_path: Path
         assert held.waited_for_nodes is True
 
 
+@pytest.mark.slow
 def test_the_objects_are_planned_while_the_nodes_are_still_coming_in(tmp_path: Path) -> None:
     work = _work(tmp_path)
     objects = lab_objects("lab") + _many_nodes(2 * PAGE + 10)

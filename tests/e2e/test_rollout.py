@@ -305,6 +305,7 @@ class _RefuseEviction(FaultInjector):
         return None
 
 
+@pytest.mark.slow
 def test_the_first_failure_stops_the_rollout_and_a_rerun_finishes_it(
     make_cluster: ClusterFactory, work: Path
 ) -> None:

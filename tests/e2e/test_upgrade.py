@@ -182,6 +182,7 @@ def test_write_desired_updates_the_file_in_place(cluster: TestCluster, work: Pat
     assert run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig).code == 0
 
 
+@pytest.mark.slow
 def test_a_budget_that_blocks_after_preflight_times_out_leaving_the_node_cordoned(
     cluster: TestCluster, work: Path
 ) -> None:

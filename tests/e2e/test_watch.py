@@ -316,6 +316,7 @@ def lease(cluster: TestCluster, name: str) -> dict[str, Any] | None:
     return dict(body) if status == 200 else None
 
 
+@pytest.mark.slow
 def test_watch_command_serves_metrics_holds_the_lease_and_stops_on_sigterm(
     lab: TestCluster, workdir: Path
 ) -> None:
@@ -340,6 +341,7 @@ def test_watch_command_serves_metrics_holds_the_lease_and_stops_on_sigterm(
     assert released is not None and released["spec"].get("holderIdentity", "") == ""
 
 
+@pytest.mark.slow
 def test_a_standby_replica_reports_and_never_writes(lab: TestCluster, workdir: Path) -> None:
     name = f"standby-{uuid.uuid4().hex[:8]}"  # a real cluster keeps Leases between tests
     now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
@@ -465,6 +467,7 @@ def test_workload_objects_are_corrected_on_resync_with_force_conflicts(
         eventually(lambda: corrected in heard.lines, "the line it changed")
 
 
+@pytest.mark.slow
 def test_a_field_another_manager_took_is_reported_not_taken(
     lab: TestCluster, workdir: Path
 ) -> None:

@@ -230,6 +230,7 @@ print(state, node.status.allocatable.get("nvidia.com/mig-1g.5gb"))
     ("options", "wait", "printed"),
     [((), "30", "success 56"), (("--no-mig-manager",), "1.5", "None None")],
 )
+@pytest.mark.slow
 def test_a_mig_manager_stand_in_runs_beside_it_unless_told_not_to(
     tmp_path: Path, options: tuple[str, ...], wait: str, printed: str
 ) -> None:

@@ -119,6 +119,7 @@ def test_the_workflows_pass_actionlint() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_a_forks_pull_request_runs_what_needs_no_cluster(workdir: Path) -> None:
     code, comment = _run_plan_step(workdir, None)
     assert code == 0

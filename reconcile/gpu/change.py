@@ -54,6 +54,7 @@ from reconcile.gpu.upgrade import (
     UpgradeFailed,
     budget_waits,
     pods_to_evict,
+    poll_intervals,
 )
 from reconcile.kube.api import NodeApi
 from reconcile.kube.objects import LiveNode
@@ -391,6 +392,7 @@ class FactJob:
         ops = self.work.ops
         deadline = ops.clock() + self.work.settle_timeout
         said: dict[str, str | None] = {}
+        pauses = poll_intervals(POLL_SECONDS)
         while True:
             live = self._cluster.get_node(self.node)
             waiting = []
@@ -416,13 +418,14 @@ class FactJob:
                 self._fail(
                     f"{', '.join(waiting)} after {self.work.settle_timeout:g}s (--state-timeout)"
                 )
-            ops.sleep(POLL_SECONDS)
+            ops.sleep(next(pauses))
 
     def _verify(self, checks: Checks) -> LiveNode:
         """The node offers the GPU resources the change projects (the device plugin
         re-registers after the operator's report, so it is waited for too)."""
         ops = self.work.ops
         deadline = ops.clock() + self.work.settle_timeout
+        pauses = poll_intervals(POLL_SECONDS)
         while True:
             live = self._cluster.get_node(self.node)
             if checks.allocatable is None or gpu_allocatable(live) == dict(checks.allocatable):
@@ -438,7 +441,7 @@ class FactJob:
                     f"validation: {self.node} offers {found}, the layout gives {wanted} "
                     f"(after {self.work.settle_timeout:g}s, --state-timeout)"
                 )
-            ops.sleep(POLL_SECONDS)
+            ops.sleep(next(pauses))
 
     def _check_stopping(self) -> None:
         """Raise RolloutInterrupted when the rollout is stopping: the node stays at its

@@ -26,7 +26,7 @@ from reconcile.desired.reserved import ROLLOUT_FAILED
 from reconcile.diagnostics import ReconcileError
 from reconcile.gpu import disruptive
 from reconcile.gpu.rollout import Batch, Gate
-from reconcile.gpu.upgrade import NodeOps
+from reconcile.gpu.upgrade import NodeOps, poll_intervals
 from reconcile.kube.api import ObjectApi
 from reconcile.kube.objects import ApiResource, LiveNode
 
@@ -107,6 +107,7 @@ class JobGate:
             self.ops.note(f"{self.shown}: Job {self.manifest.namespace}/{created[-1][1]} on {node}")
         deadline = self.ops.clock() + self.timeout
         waiting = list(created)
+        pauses = poll_intervals(JOB_POLL_SECONDS)
         while waiting:
             for node, name in list(waiting):
                 outcome = _finished(self.cluster.get_object(JOBS, self.manifest.namespace, name))
@@ -124,7 +125,7 @@ class JobGate:
                 return (
                     f"{self.shown}: not complete after {self.timeout:g}s (--gate-timeout): {names}"
                 )
-            self.ops.sleep(JOB_POLL_SECONDS)
+            self.ops.sleep(next(pauses))
         return None
 
     def _pinned(self, node: str, batch: Batch) -> dict[str, Any]:

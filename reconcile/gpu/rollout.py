@@ -54,6 +54,7 @@ from reconcile.gpu.upgrade import (
     budget_blockers,
     budget_waits,
     pods_to_evict,
+    poll_intervals,
 )
 from reconcile.kube.api import NodeApi
 from reconcile.kube.objects import LiveNode
@@ -628,6 +629,7 @@ class Rollout:
         """Before a cordon: the live unavailable count of the selection, with this node,
         may not exceed the limit. Waits (another node of the batch may be uncordoning)."""
         deadline = self.clock() + self.ops.timeout
+        pauses = poll_intervals(WAIT_POLL_SECONDS)
         while True:
             with self._lock:
                 live = [
@@ -646,7 +648,7 @@ class Rollout:
                     f"({', '.join(sorted(busy))}) for {self.ops.timeout:g}s: "
                     f"--max-unavailable allows {limit}; nothing was done to {node}"
                 )
-            self.sleep(WAIT_POLL_SECONDS)
+            self.sleep(next(pauses))
 
     def _evictions(self, node: str) -> list[PodToEvict]:
         """What the node's drain will evict (none when a resumed run is past its drain,
@@ -667,6 +669,7 @@ class Rollout:
         timeout = self.ops.timeout
         deadline = self.clock() + timeout
         said: list[str] = []
+        pauses = poll_intervals(BUDGET_POLL_SECONDS)
         while True:
             evictions = [pod for node in batch.nodes for pod in self._evictions(node)]
             namespaces = sorted({p.namespace for p in evictions})
@@ -686,7 +689,7 @@ class Rollout:
                         f"waiting: {reason}; {subject} starts when it allows the drain "
                         f"(up to {timeout:g}s)"
                     )
-            self.sleep(min(BUDGET_POLL_SECONDS, max(0.0, deadline - self.clock())))
+            self.sleep(min(next(pauses), max(0.0, deadline - self.clock())))
 
     def _run_node(self, node: str) -> None:
         run = self.work.prepare(node)
@@ -699,6 +702,7 @@ class Rollout:
         (Succeeded or Failed, or gone) before it is drained."""
         selector = parse_selector(str(self.request.wait_for_completion))
         deadline = self.clock() + self.request.wait_timeout
+        pauses = poll_intervals(WAIT_POLL_SECONDS)
         while True:
             running = [
                 str((p.get("metadata") or {}).get("name"))
@@ -715,4 +719,4 @@ class Rollout:
                     f"{node}"
                 )
             self.ops.emit(Step(node, "waiting-for", ",".join(running)))
-            self.sleep(WAIT_POLL_SECONDS)
+            self.sleep(next(pauses))

@@ -11,7 +11,7 @@ every step is safe to repeat. Where it cannot go on, the node is left cordoned i
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, NoReturn
 
@@ -52,6 +52,19 @@ STATES: Final = (
 )
 EVICTION_RETRY_SECONDS: Final = 5.0
 DELETION_POLL_SECONDS: Final = 0.5
+FIRST_POLL_SECONDS: Final = 0.1
+
+
+def poll_intervals(longest: float) -> Iterator[float]:
+    """The pauses of a wait between its reads: 0.1 s, then twice the last, up to
+    `longest`. What the cluster does at once is seen at once; a long wait reads no
+    more often than once every `longest` seconds."""
+    pause = min(FIRST_POLL_SECONDS, longest)
+    while True:
+        yield pause
+        pause = min(pause * 2, longest)
+
+
 # What a drain asks of the API server beyond the node itself (gpu/operations.py).
 RBAC: Final = (
     Rule(
@@ -601,10 +614,11 @@ class Drain:
             return
 
     def _wait_gone(self, pod: PodToEvict, deadline: float) -> None:
+        pauses = poll_intervals(DELETION_POLL_SECONDS)
         while True:
             found = self.cluster.get_pod(pod.namespace, pod.name)
             if found is None or str((found.get("metadata") or {}).get("uid")) != pod.uid:
                 return
             if self.clock() >= deadline:
                 self.fail(f"timed out after {self.timeout:g}s waiting for {pod.id} to terminate")
-            self.sleep(DELETION_POLL_SECONDS)
+            self.sleep(next(pauses))

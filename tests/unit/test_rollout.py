@@ -33,6 +33,7 @@ from reconcile.gpu.upgrade import (
     UpgradeRefused,
     budget_blockers,
     budget_waits,
+    poll_intervals,
 )
 from reconcile.kube.objects import LiveNode
 from tests.fake import PODS, FakeCluster
@@ -434,3 +435,10 @@ def test_an_outcome_with_nothing_failed_or_left_is_ok_and_says_none() -> None:
     assert outcome.summary == "done: none; not started: none"
     with pytest.raises(ValidationError):
         outcome.done = ("n0",)  # type: ignore[misc]
+
+
+def test_a_wait_reads_soon_then_no_more_often_than_its_longest_pause() -> None:
+    pauses = poll_intervals(1.0)
+    assert [next(pauses) for _ in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+    shorter = poll_intervals(0.05)  # a longest pause below the first is kept to
+    assert [next(shorter) for _ in range(3)] == [0.05, 0.05, 0.05]

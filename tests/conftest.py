@@ -133,3 +133,19 @@ def sandbox_only(lab: TestCluster) -> TestCluster:
     if not lab.is_sandbox:
         pytest.skip("inspects the sandbox's request log")
     return lab
+
+
+@pytest.fixture
+def prompt_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rollouts and upgrades run by the CLI in this process look again every 0.05-0.1 s
+    where they would wait up to a second or two between reads (an evicted pod's
+    deletion, which the sandbox confirms after 0.2 s, every 0.05 s), and retry a refused
+    eviction every 0.1 s instead of 5 s. What they wait for is the same."""
+    from reconcile.gpu import change, gates, rollout, upgrade
+
+    monkeypatch.setattr(rollout, "BUDGET_POLL_SECONDS", 0.1)
+    monkeypatch.setattr(rollout, "WAIT_POLL_SECONDS", 0.1)
+    monkeypatch.setattr(change, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(gates, "JOB_POLL_SECONDS", 0.1)
+    monkeypatch.setattr(upgrade, "DELETION_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(upgrade, "EVICTION_RETRY_SECONDS", 0.1)

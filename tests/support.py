@@ -584,6 +584,18 @@ def stop_cluster(cluster: TestCluster) -> None:
         cluster.cleanup()
 
 
+# A node of four A100s as GPU Feature Discovery and mig-manager leave it, MIG off.
+A100_MIG_LABELS: Final = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/gpu.count": "4",
+    "nvidia.com/mig.capable": "true",
+    "nvidia.com/mig.strategy": "mixed",
+    "nvidia.com/mig.config": "all-disabled",
+    "nvidia.com/mig.config.state": "success",
+}
+
+
 def mig_node(
     name: str,
     *,

@@ -24,10 +24,13 @@ from typing import Any
 
 import pytest
 
-from reconcile.gpu import change, gates, rollout, upgrade
+from reconcile.gpu import change, gates
 from tests.conftest import ClusterFactory
 from tests.e2e.test_prune_guards import snapshot
-from tests.support import TestCluster, run_cli, wait_for
+from tests.support import A100_MIG_LABELS, TestCluster, run_cli, wait_for
+
+# The CLI runs in this process: its waits look again at a test's pace (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("prompt_polls")
 
 GROUP = "example.com/pool=a100-mig"
 STATE = "nvidia.com/mig.config.state"
@@ -107,13 +110,7 @@ def _node(name: str, pool: str, *, cordoned: bool = False) -> dict[str, Any]:
             "labels": {
                 "kubernetes.io/hostname": name,
                 "example.com/pool": pool,
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
-                "nvidia.com/gpu.count": "4",
-                "nvidia.com/mig.capable": "true",
-                "nvidia.com/mig.strategy": "mixed",
-                "nvidia.com/mig.config": "all-disabled",
-                STATE: "success",
+                **A100_MIG_LABELS,
             },
         },
         "spec": {"unschedulable": True} if cordoned else {},
@@ -212,18 +209,6 @@ def work(tmp_path: Path) -> Path:
     (tmp_path / "desired" / "groups").mkdir(parents=True)
     (tmp_path / "desired" / "groups" / "a100-mig.yaml").write_text(LAYOUT)
     return tmp_path
-
-
-@pytest.fixture(autouse=True)
-def _prompt_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI runs in this process: its waits look again every 0.05-0.1 s instead of
-    every second or two. What they wait for is the same."""
-    monkeypatch.setattr(rollout, "BUDGET_POLL_SECONDS", 0.1)
-    monkeypatch.setattr(rollout, "WAIT_POLL_SECONDS", 0.1)
-    monkeypatch.setattr(change, "POLL_SECONDS", 0.05)
-    monkeypatch.setattr(gates, "JOB_POLL_SECONDS", 0.1)
-    monkeypatch.setattr(upgrade, "DELETION_POLL_SECONDS", 0.05)
-    monkeypatch.setattr(upgrade, "EVICTION_RETRY_SECONDS", 0.1)
 
 
 def _rollout(cluster: TestCluster, work: Path, *args: str) -> Any:

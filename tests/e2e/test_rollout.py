@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
-from reconcile.gpu import rollout
-from reconcile.gpu import upgrade as node_upgrade
 from reconcile.sandbox import RequestRecord
 from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.server import FaultInjector, Route
 from tests.conftest import ClusterFactory
 from tests.e2e.test_prune_guards import snapshot
 from tests.support import TestCluster, run_cli, wait_for
+
+# The CLI runs in this process: its waits look again at a test's pace (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("prompt_polls")
 
 POOL = [f"pool-{i}" for i in range(6)]
 TARGET = "550.90.07"
@@ -117,15 +118,6 @@ def work(tmp_path: Path) -> Path:
     (tmp_path / "desired" / "drivers").mkdir(parents=True)
     (tmp_path / "desired" / "drivers" / "images.yaml").write_text(MATRIX)
     return tmp_path
-
-
-@pytest.fixture(autouse=True)
-def _prompt_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI runs in this process: its waits look at the budgets every 0.1 s (not every
-    second) and for an evicted pod to go every 0.05 s (not every 0.5 s; the sandbox's
-    kubelet confirms a deletion after 0.2 s). What they wait for is the same."""
-    monkeypatch.setattr(rollout, "BUDGET_POLL_SECONDS", 0.1)
-    monkeypatch.setattr(node_upgrade, "DELETION_POLL_SECONDS", 0.05)
 
 
 def _pool(make_cluster: ClusterFactory, *, budget: bool) -> TestCluster:

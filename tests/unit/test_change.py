@@ -23,17 +23,9 @@ from reconcile.gpu.rollout import Batch, Rollout, RolloutRequest
 from reconcile.gpu.upgrade import NodeOps, Step, UpgradeFailed, UpgradeRefused
 from reconcile.kube.objects import LiveNode
 from tests.fake import BUDGETS, PODS, FakeCluster
+from tests.support import A100_MIG_LABELS
 
 STATE = "nvidia.com/mig.config.state"
-A100 = {
-    "nvidia.com/gpu.present": "true",
-    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
-    "nvidia.com/gpu.count": "4",
-    "nvidia.com/mig.capable": "true",
-    "nvidia.com/mig.strategy": "mixed",
-    "nvidia.com/mig.config": "all-disabled",
-    STATE: "success",
-}
 NODE = """\
 apiVersion: reconcile.dev/v1alpha1
 kind: NodeFeatures
@@ -105,7 +97,7 @@ def _desired(tmp_path: Path, layouts: dict[str, str]) -> DesiredState:
 def _cluster(*names: str, cordoned: tuple[str, ...] = ()) -> FakeCluster:
     cluster = FakeCluster(namespaces=("default", "train"))
     for name in names:
-        cluster.add_node(name, dict(A100), unschedulable=name in cordoned)
+        cluster.add_node(name, dict(A100_MIG_LABELS), unschedulable=name in cordoned)
         cluster.nodes[name]["status"]["allocatable"] = {"cpu": "32", "nvidia.com/gpu": "4"}
     return cluster
 

@@ -413,17 +413,12 @@ class _Runner(celpy.InterpretedRunner):
         )
 
 
-@functools.cache
-def _environment() -> celpy.Environment:
-    """The CEL environment, built on first use: building its parser is most of what this
-    module costs a process that never meets a selector."""
-    return celpy.Environment(runner_class=_Runner)
+_ENVIRONMENT: Final = celpy.Environment(runner_class=_Runner)
 
 
 @functools.lru_cache(maxsize=256)
 def _program(expression: str) -> Any:
-    environment = _environment()
-    return environment.program(environment.compile(expression), functions=dict(FUNCTIONS))
+    return _ENVIRONMENT.program(_ENVIRONMENT.compile(expression), functions=dict(FUNCTIONS))
 
 
 class _DefaultMap(celtypes.MapType):

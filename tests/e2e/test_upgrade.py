@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
-from reconcile.gpu import upgrade
 from reconcile.sandbox import RequestRecord
 from tests.conftest import ClusterFactory
 from tests.support import REPO, TestCluster, lab_objects, run_cli, wait_for
+
+# The CLI runs in this process: its waits look again at a test's pace (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("prompt_polls")
 
 STATE = "nvidia.com/gpu-driver-upgrade-state"
 THE_STEPS = [
@@ -52,13 +54,6 @@ def work(tmp_path: Path) -> Path:
     matrix = target / "desired" / "drivers" / "support-matrix.csv"
     matrix.write_text(matrix.read_text().replace(ROW, ""))
     return target
-
-
-@pytest.fixture(autouse=True)
-def _prompt_deletion_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI runs in this process: it looks for an evicted pod to go every 0.05 s, not
-    every 0.5 s (the sandbox's kubelet confirms a deletion after 0.2 s)."""
-    monkeypatch.setattr(upgrade, "DELETION_POLL_SECONDS", 0.05)
 
 
 def _add_row(work: Path) -> None:
@@ -468,7 +463,7 @@ def _ready(cluster: TestCluster, pod: dict[str, Any], ready: bool) -> None:
 
 
 def test_a_budget_short_only_while_a_pod_starts_is_waited_for_not_refused(
-    cluster: TestCluster, work: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: TestCluster, work: Path
 ) -> None:
     """minAvailable 3 of 4 allows one eviction once every pod is healthy: while one is not
     (a replacement starting), the upgrade waits in its drain, as kubectl drain does,
@@ -484,8 +479,6 @@ def test_a_budget_short_only_while_a_pod_starts_is_waited_for_not_refused(
         and p["spec"].get("nodeName") not in (None, "lab-node-1")
     ]
     _ready(cluster, starting, False)
-    # The refused eviction is retried at a test's pace, not every 5 s.
-    monkeypatch.setattr(upgrade, "EVICTION_RETRY_SECONDS", 0.1)
     finished = threading.Event()
     waited: list[bool] = []
 

@@ -396,6 +396,14 @@ class FakeCluster:
         self.objects[key] = stored
         return copy.deepcopy(stored)
 
+    def list_leases(
+        self, namespace: str, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self.list_objects(LEASES, namespace, label_selector=label_selector)
+
+    def delete_lease(self, namespace: str, name: str) -> bool:
+        return self.delete_object(LEASES, namespace, name)
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         named = copy.deepcopy(body)
         metadata = _metadata(named)

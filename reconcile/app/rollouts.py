@@ -10,10 +10,11 @@ it; nothing here prints.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Final, Protocol, TypedDict
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from reconcile.desired.models import DesiredState, Manifest
     from reconcile.engine.plan import Plan
     from reconcile.gpu.change import NodeStatus
+    from reconcile.gpu.journal import Step
+    from reconcile.gpu.lock import RolloutLock
     from reconcile.gpu.rollout import (
         Gate,
         Rollout,
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
         RolloutRequest,
         StateEvent,
     )
-    from reconcile.gpu.upgrade import NodeOps, Step
+    from reconcile.gpu.upgrade import NodeOps
     from reconcile.kube.client import Cluster
 
 DEFAULT_MAX_UNAVAILABLE: Final = "25%"
@@ -85,6 +88,7 @@ class UpgradeOptions(TypedDict):
     force: bool
     write_desired: bool
     cluster: str | None
+    lease_duration: float
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ class DriverUpgrade:
     force: bool = False
     write_desired: bool = False
     cluster: str | None = None
+    # How long the run's Lease outlives its last renewal (gpu/lock.py).
+    lease_duration: float = 30.0
 
     @property
     def pool(self) -> bool:
@@ -231,11 +237,13 @@ def _upgrade_node(
         force=request.force,
         write_desired=request.write_desired,
     )
+    cluster = session.connect(None, target)
+    lock = _lock(cluster, request.lease_duration)
     # Ctrl-C stops the upgrade at a state a rerun resumes from, whatever SIGINT was when
     # the command started (a shell ignores it for a job started with `&`).
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        operations.upgrade(node, session.connect(None, target), watch.step, watch.note)
+        operations.upgrade(node, cluster, watch.step, watch.note, lock=lock)
     except operations.UpgradeInterrupted as e:
         return NodeUpgraded(interrupted=str(e))
     finally:
@@ -283,7 +291,8 @@ def _roll_out(
     events = _StateEvents(watch, STATE, UPGRADE_DONE)
     cluster = session.connect(None, target)
     ops = _node_ops(cluster, events, watch, state, request)
-    work = DriverWork(request.version, state, ops)
+    lock = _lock(cluster, request.lease_duration)
+    work = DriverWork(request.version, state, ops, binding=lock.binding())
     pool = _pool_request(request.nodes, request.selector, request.pacing)
     job, plan = operations.rollout_plan(pool, work, ops)
     planned = rollout_document(plan, request.dry_run, driver=request.version)
@@ -293,7 +302,8 @@ def _roll_out(
             session, state, request.version, cluster, [*plan.done, *plan.targets], write=False
         )
         return RolledOut(planned, desired)
-    outcome, stopped = run_stoppable(job, plan, planned, events)
+    with holding(lock, plan.targets, "driver", request.version, job.stop, watch.note):
+        outcome, stopped = run_stoppable(job, plan, planned, events)
     desired = _desired_after(
         session,
         state,
@@ -376,6 +386,38 @@ def run_stoppable(
         finally:
             over.set()
     return RolloutOutcome.after(planned, result, events.events), stopped[0] if stopped else None
+
+
+def _lock(cluster: Cluster, duration: float) -> RolloutLock:
+    from reconcile.gpu.lock import RolloutLock
+
+    return RolloutLock(cluster, duration=duration)
+
+
+@contextlib.contextmanager
+def holding(
+    lock: RolloutLock,
+    nodes: Sequence[str],
+    work: str,
+    target: str,
+    stop: Callable[[], None],
+    note: Callable[[str], None],
+) -> Iterator[None]:
+    """The run's Lease held over `nodes` while the block runs (Held, a ReconcileError,
+    when another rollout holds some of them: nothing was changed), renewed, and given up
+    at the end; when it is lost, `stop` (no other node starts)."""
+
+    def lost() -> None:
+        note(f"lost the rollout's Lease {lock.ref}: no other node starts")
+        stop()
+
+    lock.acquire(nodes, work, target)
+    done = lock.renewing(lost)
+    try:
+        yield
+    finally:
+        done()
+        lock.release(lock.cluster.list_nodes())
 
 
 def _pool_request(nodes: tuple[str, ...], selector: str | None, pacing: Pacing) -> RolloutRequest:
@@ -470,6 +512,7 @@ class FactRollout:
     ignore_daemonsets: bool = False
     force: bool = False
     cluster: str | None = None
+    lease_duration: float = 30.0
 
 
 def roll_out_facts(session: Session, request: FactRollout, watch: UpgradeWatch) -> RolledOut:
@@ -578,6 +621,7 @@ def _roll_out_on(
     ops = _node_ops(cluster, events, watch, state, request)
     source = saved_plan if saved_plan is not None else plan
     planned = {n.name: n for n in source.nodes if any(c.rollout for c in n.changes)}
+    lock = _lock(cluster, request.lease_duration)
     work = change.FactWork(
         planned,
         {
@@ -595,6 +639,7 @@ def _roll_out_on(
         ),
         settle_timeout=request.settle_timeout,
         catalogue=gpu.policy(state).catalogue,
+        binding=lock.binding(),
     )
     pool = replace(
         _pool_request((), request.selector, request.pacing), keep_going=request.keep_going
@@ -611,7 +656,8 @@ def _roll_out_on(
     if request.dry_run or not rollout.batches:
         return RolledOut(document, DesiredAfter())
     gate = _gates(session, request, state, cluster, ops)
-    outcome, stopped = run_stoppable(job, rollout, document, events, gate, gate_last=gate_last)
+    with holding(lock, rollout.targets, "facts", "facts", job.stop, watch.note):
+        outcome, stopped = run_stoppable(job, rollout, document, events, gate, gate_last=gate_last)
     return RolledOut(document, DesiredAfter(), outcome, stopped)
 
 
@@ -684,13 +730,13 @@ def rollout_status(target: Target, cluster: Cluster, stuck_after: float) -> list
     `status`): the nodes as they are now, the plan's disruptive changes when desired/ is
     there, the pods on those nodes and their namespaces' budgets."""
     from reconcile.engine.operations import PlanRequest
-    from reconcile.gpu import change
+    from reconcile.gpu import change, journal
     from reconcile.gpu import checks as gpu
 
     plan = gpu.plan(PlanRequest(target.state), cluster)
     planned = {n.name: n for n in plan.nodes if any(c.rollout for c in n.changes)}
     nodes = cluster.list_nodes()
-    involved = [n.name for n in nodes if n.name in planned or change.PHASE in n.annotations]
+    involved = [n.name for n in nodes if n.name in planned or journal.marked(n)]
     pods = cluster.pods_on_nodes(involved) if involved else []
     namespaces = sorted({str(p["metadata"]["namespace"]) for p in pods})
     budgets = {ns: cluster.budgets(ns) for ns in namespaces}
@@ -702,4 +748,28 @@ def rollout_status(target: Target, cluster: Cluster, stuck_after: float) -> list
         stuck_after=stuck_after,
         now=datetime.datetime.now(datetime.UTC),
         catalogue=gpu.policy(target.state).catalogue,
+        binding=_lock(cluster, 0).binding() if involved else None,
     )
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """What `rollout abandon` did: per node, the journal removed and how it was left."""
+
+    nodes: tuple[tuple[str, str], ...]
+
+
+def abandon(
+    target: Target, cluster: Cluster, nodes: tuple[str, ...], selector: str | None
+) -> Abandoned:
+    """The journals (and foreign markers) of the nodes named or selected removed, their
+    cordons left as they are, and the Leases no journal names any more deleted; refused
+    (nothing removed) for a node in a rollout whose holder is alive."""
+    from reconcile.gpu import journal
+    from reconcile.gpu.rollout import RolloutRequest, node_selection
+
+    chosen = node_selection(cluster, RolloutRequest(nodes=nodes, selector=selector))
+    lock = _lock(cluster, 0)
+    done = journal.abandon(cluster, chosen, lock.binding())
+    lock.release(cluster.list_nodes())
+    return Abandoned(tuple(done))

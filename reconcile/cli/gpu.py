@@ -44,9 +44,9 @@ if TYPE_CHECKING:
     from reconcile.cli.views import View
     from reconcile.gpu.change import NodeStatus
     from reconcile.gpu.drivers import AuditFinding, Coverage
+    from reconcile.gpu.journal import Step
     from reconcile.gpu.operations import Report
     from reconcile.gpu.rollout import RolloutDocument
-    from reconcile.gpu.upgrade import Step
 
 F = TypeVar("F", bound=Callable[..., Any])
 

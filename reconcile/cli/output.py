@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from reconcile.engine.findings import Finding
     from reconcile.engine.plan import ObjectPlan
     from reconcile.gpu.drivers import AuditFinding
-    from reconcile.gpu.upgrade import Step
+    from reconcile.gpu.journal import Step
 
 # kubectl diff / argocd app diff: 0 in sync, 1 drift or findings, 2 error.
 EXIT_OK: Final = 0

@@ -18,6 +18,9 @@ ANNOTATION_INVENTORY: Final = f"{_GROUP}/managed-annotations"
 TAINT_INVENTORY: Final = f"{_GROUP}/managed-taints"
 UPGRADE_TARGET: Final = f"{_GROUP}/upgrade-target"
 UPGRADE_WAS_CORDONED: Final = f"{_GROUP}/upgrade-was-cordoned"
+# A rollout's journal on the node it works on (gpu/journal.py); the keys below it are
+# the markers of earlier versions, which are no longer written or trusted.
+ROLLOUT_JOURNAL: Final = f"{_GROUP}/rollout"
 ROLLOUT_PHASE: Final = f"{_GROUP}/rollout-phase"
 ROLLOUT_WAS_CORDONED: Final = f"{_GROUP}/rollout-was-cordoned"
 ROLLOUT_CHECKS: Final = f"{_GROUP}/rollout-checks"
@@ -36,11 +39,16 @@ _FACT_ROLLOUT: Final = (
     "`reconcile rollout` writes it while it rolls disruptive facts out on the node and "
     "removes it when done: run `reconcile rollout` instead"
 )
+_JOURNAL: Final = (
+    "`reconcile rollout` and `reconcile upgrade` keep their journal in it while they work "
+    "on the node and remove it when done: run them instead"
+)
 # Key -> why it may not be declared, and what to do instead.
 RECONCILE_ANNOTATIONS: Final = {
     LABEL_INVENTORY: _INVENTORY,
     ANNOTATION_INVENTORY: _INVENTORY,
     TAINT_INVENTORY: _INVENTORY,
+    ROLLOUT_JOURNAL: _JOURNAL,
     UPGRADE_TARGET: _ROLLOUT,
     UPGRADE_WAS_CORDONED: _ROLLOUT,
     ROLLOUT_PHASE: _FACT_ROLLOUT,

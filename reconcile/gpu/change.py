@@ -4,12 +4,13 @@ node's GPUs (through the Eviction API, within the budgets), write the node's fac
 for the operator's state label to report success, verify the node offers what the change
 projects, uncordon.
 
-Each phase is written to the node's `reconcile.dev/rollout-phase` annotation before its
-action: interrupted anywhere, the same command reads it and resumes there, and every
-phase is safe to repeat. What the wait and the verification need (the state labels, the
-allocatable the layout gives) is written beside it when the facts are, so a resumed run
-checks what the interrupted one wrote. Where it cannot go on, the node is left cordoned
-with the reason in `reconcile.dev/rollout-failed`; a rerun retries the phase it failed in.
+Each phase is written to the node's journal (`reconcile.dev/rollout`, gpu/journal.py)
+before its action, and its preconditions are checked against the node first: interrupted
+anywhere, the same command resumes there from a journal it trusts, and every phase is
+safe to repeat. What the wait and the verification need (the state labels, the
+allocatable the layout gives) is written in the journal when the facts are, so a resumed
+run checks what the interrupted one wrote. Where it cannot go on, the node is left
+cordoned with the reason in the journal; a rerun retries the phase it failed in.
 
 The node's facts are written as `apply` writes them (its whole plan, the inventories, one
 merge PATCH guarded by its resourceVersion), with each catalogued state label removed in
@@ -19,29 +20,22 @@ the same PATCH: the report of the layout before is not the answer to this one.
 from __future__ import annotations
 
 import datetime
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NoReturn
+from typing import Any, ClassVar, Final, NoReturn
 
 from pydantic import BaseModel, ConfigDict
 
-from reconcile.desired.reserved import (
-    ROLLOUT_CHECKS,
-    ROLLOUT_FAILED,
-    ROLLOUT_PHASE,
-    ROLLOUT_SINCE,
-    ROLLOUT_WAS_CORDONED,
-)
 from reconcile.diagnostics import Conflict, ReconcileError
-from reconcile.engine.facts import BY_FACT
+from reconcile.engine.facts import BY_FACT, parse_shown_key
 from reconcile.engine.findings import Finding, overlay
 from reconcile.engine.placement import CAPACITY_STRANDED
 from reconcile.engine.plan import NodePlan
 from reconcile.engine.results import MAX_CONFLICT_RETRIES
-from reconcile.gpu import disruptive, mig
+from reconcile.gpu import disruptive, journal, mig
 from reconcile.gpu.checks import ROLLOUT_REQUIRED
+from reconcile.gpu.journal import Binding, Requires, Step, Untrusted
 from reconcile.gpu.rollout import RolloutRequest, Sorted, node_selection
 from reconcile.gpu.upgrade import (
     STATE,
@@ -50,7 +44,7 @@ from reconcile.gpu.upgrade import (
     Drain,
     NodeOps,
     PodToEvict,
-    Step,
+    Upgrade,
     UpgradeFailed,
     budget_waits,
     pods_to_evict,
@@ -59,7 +53,7 @@ from reconcile.gpu.upgrade import (
 from reconcile.kube.api import NodeApi
 from reconcile.kube.objects import LiveNode
 
-PHASE: Final = ROLLOUT_PHASE
+PHASE: Final = journal.JOURNAL
 CORDON_REQUIRED: Final = "cordon-required"
 DRAIN_REQUIRED: Final = "drain-required"
 WRITE_REQUIRED: Final = "write-required"
@@ -113,18 +107,15 @@ class Checks:
     states: tuple[str, ...] = ()
     allocatable: Mapping[str, str] | None = None
 
-    def dump(self) -> str:
-        return json.dumps(
-            {"states": list(self.states), "allocatable": self.allocatable},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+    def data(self) -> dict[str, Any]:
+        allocatable = dict(self.allocatable) if self.allocatable is not None else None
+        return {"states": list(self.states), "allocatable": allocatable}
 
     @classmethod
-    def load(cls, text: str | None) -> Checks:
-        """The checks an earlier run wrote (none when it wrote nothing readable)."""
+    def load(cls, data: Mapping[str, Any] | None) -> Checks:
+        """The checks an earlier run wrote in the journal (none when it wrote none)."""
         try:
-            data = json.loads(text or "{}")
+            data = data or {}
             states = tuple(str(s) for s in data.get("states") or ())
             allocatable = data.get("allocatable")
             return cls(
@@ -187,29 +178,40 @@ class FactWork:
     state_field: str = PHASE
     done_state: str = ROLLOUT_DONE
     nodes_selector: str | None = None
+    # The rollout this run's journal entries belong to, and the Leases read before it.
+    binding: Binding = field(default_factory=Binding.offline)
 
     def select(self, cluster: NodeApi, request: RolloutRequest) -> list[LiveNode]:
         """The nodes the request names (every node when it names none) that plan a
-        disruptive change or are in the middle of one."""
+        disruptive change or carry a journal (or a marker)."""
         if request.nodes or request.selector is not None:
             return node_selection(cluster, request)
         return sorted(
-            (n for n in cluster.list_nodes() if n.name in self.plans or PHASE in n.annotations),
+            (n for n in cluster.list_nodes() if n.name in self.plans or journal.marked(n)),
             key=lambda n: n.name,
         )
 
+    def target(self, live: LiveNode) -> dict[str, str | None] | None:
+        """What this run writes to the node: its planned disruptive facts, or (written
+        already) the facts its journal records, which desired/ must still declare."""
+        planned = self.plans.get(live.name)
+        if planned is not None:
+            return target_of(planned)
+        return None
+
     def sort(self, selection: list[LiveNode]) -> Sorted:
-        """To do: the nodes that plan a disruptive change or are midway through one; a
-        node cordoned by someone else is skipped (its owner may be working on it)."""
+        """To do: the nodes that plan a disruptive change or are midway through one (from
+        a journal this run trusts: any other marker refuses the rollout); a node cordoned
+        by someone else is skipped (its owner may be working on it)."""
         skipped = {
             n.name: CORDONED_BY_OTHERS
             for n in selection
-            if n.name in self.plans and n.unschedulable and PHASE not in n.annotations
+            if n.name in self.plans and n.unschedulable and not journal.marked(n)
         }
         todo = [
             n
             for n in selection
-            if (n.name in self.plans or PHASE in n.annotations) and n.name not in skipped
+            if (n.name in self.plans or journal.marked(n)) and n.name not in skipped
         ]
         done = [n.name for n in selection if n not in todo and n.name not in skipped]
         problems = list(self.problems)
@@ -217,6 +219,19 @@ class FactWork:
             planned = self.plans.get(node.name)
             if planned is not None and planned.refusal is not None:
                 problems.append(f"{node.name}: {planned.refusal}")
+            try:
+                found = journal.trusted(node, self.binding, "facts", self.target(node))
+            except Untrusted as e:
+                problems.append(str(e))
+                continue
+            if found is None or planned is not None or not isinstance(found.target, dict):
+                continue
+            if not written(node, found.target):
+                problems.append(
+                    f"{node.name} is at {found.phase} of a rollout to "
+                    f"{journal.shown_target(found.target)}, which desired/ no longer "
+                    f"declares; {journal.ABANDON.format(node=node.name)}"
+                )
         return Sorted(todo, done, selection, problems, skipped)
 
     def evictable(self, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -228,10 +243,16 @@ class FactWork:
         return FactJob.start_index(live) > PHASES.index(DRAIN_REQUIRED)
 
     def resuming(self, live: LiveNode) -> bool:
-        return PHASE in live.annotations
+        return journal.JOURNAL in live.annotations
 
     def prepare(self, node: str) -> Callable[[], None]:
         live = self.ops.cluster.get_node(node)
+        found = journal.trusted(live, self.binding, "facts", self.target(live))
+        target = self.target(live)
+        if target is None:
+            target = (
+                dict(found.target) if found is not None and isinstance(found.target, dict) else {}
+            )
         start = FactJob.start_index(live)
         evictions: list[PodToEvict] = []
         if start <= PHASES.index(DRAIN_REQUIRED):
@@ -240,8 +261,8 @@ class FactWork:
                 ignore_daemonsets=self.ops.ignore_daemonsets,
                 force=self.ops.force,
             )
-        job = FactJob(self, node)
-        return lambda: job.run(start, evictions)
+        job = FactJob(self, node, target, evictions)
+        return lambda: job.run(start)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -255,17 +276,49 @@ class FactWork:
 
 @dataclass
 class FactJob:
-    """One node's disruptive facts, phase by phase (`run`); `phase` is where it is."""
+    """One node's disruptive facts, phase by phase through the journal's machine (`run`):
+    the phases and what each needs of the node, and their actions."""
+
+    PHASES: ClassVar[tuple[journal.Phase, ...]] = journal.phases(
+        (CORDON_REQUIRED, ()),
+        (DRAIN_REQUIRED, (Requires.CORDONED,)),
+        (WRITE_REQUIRED, (Requires.CORDONED, Requires.DRAINED)),
+        (WAIT_REQUIRED, (Requires.CORDONED, Requires.WRITTEN)),
+        (VALIDATION_REQUIRED, (Requires.CORDONED, Requires.WRITTEN)),
+        (UNCORDON_REQUIRED, (Requires.WRITTEN,)),
+        (ROLLOUT_DONE, ()),
+    )
+    STATE_FIELD: ClassVar[str] = PHASE
 
     work: FactWork
     node: str
-    phase: str | None = field(default=None, init=False)
+    target: dict[str, str | None]
+    evictions: Sequence[PodToEvict] = ()
+    machine: journal.Machine = field(init=False)
+
+    def __post_init__(self) -> None:
+        ops = self.work.ops
+        self.machine = journal.Machine(
+            ops.cluster,
+            self.node,
+            self.work.binding,
+            "facts",
+            self.target,
+            self,
+            ops.emit,
+            ops.note,
+        )
 
     @staticmethod
     def start_index(live: LiveNode) -> int:
-        """Where to begin: the phase an interrupted (or failed) run recorded, or the start."""
-        phase = live.annotations.get(PHASE)
-        return PHASES.index(phase) if phase in PHASES and phase != ROLLOUT_DONE else 0
+        """Where to begin: the phase the node's journal records, or the start."""
+        found = journal.read(live)
+        names = [p.name for p in FactJob.PHASES]
+        return names.index(found.phase) if found is not None and found.phase in names else 0
+
+    @property
+    def phase(self) -> str | None:
+        return self.machine.phase
 
     @property
     def _cluster(self) -> NodeApi:
@@ -274,83 +327,61 @@ class FactJob:
     def _emit(self, step: Step) -> None:
         self.work.ops.emit(step)
 
-    def run(self, start: int, evictions: Sequence[PodToEvict]) -> None:
-        live = self._cluster.get_node(self.node)
-        # After a failure the node is cordoned by that attempt: what it was before is
-        # what that attempt recorded.
-        was = live.annotations.get(ROLLOUT_WAS_CORDONED) or str(live.unschedulable).lower()
-        for phase in PHASES[start:]:
-            self._check_stopping()
-            first = {ROLLOUT_WAS_CORDONED: was} if phase == CORDON_REQUIRED else {}
-            live = self._set_phase(live, phase, **first)
-            if phase == CORDON_REQUIRED:
-                live = self._cordon(live, True)
-            elif phase == DRAIN_REQUIRED:
-                Drain(
-                    self._cluster,
-                    self.work.ops.timeout,
-                    self._emit,
-                    self.work.ops.note,
-                    self._fail,
-                    self.work.ops.sleep,
-                    self.work.ops.clock,
-                )(list(evictions))
-            elif phase == WRITE_REQUIRED:
-                live = self._write()
-            elif phase == WAIT_REQUIRED:
-                live = self._wait_for_states(Checks.load(live.annotations.get(ROLLOUT_CHECKS)))
-            elif phase == VALIDATION_REQUIRED:
-                live = self._verify(Checks.load(live.annotations.get(ROLLOUT_CHECKS)))
-            elif phase == UNCORDON_REQUIRED:
-                was_cordoned = live.annotations.get(ROLLOUT_WAS_CORDONED) == "true"
-                if was_cordoned:
-                    self.work.ops.note(
-                        f"{self.node} stays cordoned: it was cordoned before the rollout began"
-                    )
-                live = self._cordon(live, was_cordoned)
-            elif phase == ROLLOUT_DONE:
-                self._cluster.patch_node(
-                    self.node,
-                    {
-                        "metadata": {
-                            "annotations": {
-                                PHASE: None,
-                                ROLLOUT_WAS_CORDONED: None,
-                                ROLLOUT_CHECKS: None,
-                                ROLLOUT_SINCE: None,
-                            }
-                        }
-                    },
-                )
+    def run(self, start: int) -> None:
+        self.machine.run(start)
+
+    # --- what the machine asks -------------------------------------------------------------
+
+    def before(self, phase: str) -> None:
+        self._check_stopping()
+
+    def phase_labels(self, phase: str) -> dict[str, str | None]:
+        return {}
+
+    def written(self, live: LiveNode) -> bool:
+        return written(live, self.target)
+
+    def undrained(self, live: LiveNode) -> list[str]:
+        pods = pods_to_evict(
+            self.work.evictable(self._cluster.pods_on(self.node)),
+            ignore_daemonsets=True,
+            force=True,
+        )
+        return [p.id for p in pods]
+
+    def act(self, phase: str, live: LiveNode) -> LiveNode:
+        if phase == CORDON_REQUIRED:
+            return self.machine.cordon(live)
+        if phase == DRAIN_REQUIRED:
+            Drain(
+                self._cluster,
+                self.work.ops.timeout,
+                self._emit,
+                self.work.ops.note,
+                self._fail,
+                self.work.ops.sleep,
+                self.work.ops.clock,
+            )(list(self.evictions))
+            return live
+        if phase == WRITE_REQUIRED:
+            return self._write()
+        if phase == WAIT_REQUIRED:
+            return self._wait_for_states(self._recorded_checks())
+        if phase == VALIDATION_REQUIRED:
+            return self._verify(self._recorded_checks())
+        if phase == UNCORDON_REQUIRED:
+            return self.machine.uncordon(live)
+        return live
+
+    def _recorded_checks(self) -> Checks:
+        recorded = self.machine.journal
+        return Checks.load(recorded.checks if recorded is not None else None)
 
     # --- the phases ---------------------------------------------------------------------
 
-    def _set_phase(self, live: LiveNode, phase: str, **annotations: str | None) -> LiveNode:
-        """The phase recorded before its action (a failure's reason cleared: retried)."""
-        self.phase = phase
-        wanted: dict[str, str | None] = {PHASE: phase, **annotations}
-        if ROLLOUT_FAILED in live.annotations:
-            wanted[ROLLOUT_FAILED] = None
-        if all(live.annotations.get(k) == v for k, v in wanted.items()):
-            return live
-        wanted[ROLLOUT_SINCE] = _now()
-        if phase != ROLLOUT_DONE:  # done: the annotations go, and the line says so
-            live = self._cluster.patch_node(self.node, {"metadata": {"annotations": wanted}})
-        self._emit(Step(self.node, PHASE, phase))
-        return live
-
-    def _cordon(self, live: LiveNode, cordoned: bool) -> LiveNode:
-        if live.unschedulable == cordoned:
-            return live
-        live = self._cluster.patch_node(
-            self.node, {"spec": {"unschedulable": True if cordoned else None}}
-        )
-        self._emit(Step(self.node, "spec.unschedulable", "true" if cordoned else "false"))
-        return live
-
     def _write(self) -> LiveNode:
-        """The node's plan written in one PATCH with the checks the next phases make,
-        each catalogued state label removed; planned again on a conflict."""
+        """The node's plan written in one PATCH with the checks the next phases make (in
+        the journal), each catalogued state label removed; planned again on a conflict."""
         replan = self.work.replans.get(self.node)
         for _ in range(MAX_CONFLICT_RETRIES + 1):
             live = self._cluster.get_node(self.node)
@@ -361,7 +392,7 @@ class FactJob:
             patch: dict[str, Any] = planned.patch(with_precondition=False)
             patch["metadata"]["resourceVersion"] = live.resource_version
             patch["metadata"]["labels"].update(dict.fromkeys(checks.states))
-            patch["metadata"]["annotations"][ROLLOUT_CHECKS] = checks.dump()
+            patch["metadata"]["annotations"].update(self.machine.recorded(checks=checks.data()))
             try:
                 live = self._cluster.patch_node(self.node, patch)
             except Conflict:
@@ -452,17 +483,30 @@ class FactJob:
             )
 
     def _fail(self, reason: str) -> NoReturn:
-        """Record the failure on the node (as far as the API lets us), then stop."""
+        """Record the failure in the node's journal (as far as the API lets us), then stop."""
         left = f"is left cordoned at {self.phase}"
-        try:
-            self._cluster.patch_node(
-                self.node, {"metadata": {"annotations": {ROLLOUT_FAILED: reason[:1024]}}}
+        problem = self.machine.record_failure(reason)
+        if problem is not None:
+            left = (
+                f"is left cordoned at {self.phase} (the failure could not be recorded: {problem})"
             )
-        except ReconcileError as e:
-            left = f"is left cordoned at {self.phase} (the failure could not be recorded: {e})"
         else:
             self._emit(Step(self.node, PHASE, ROLLOUT_FAILED_STATE))
         raise UpgradeFailed(f"{reason}; {self.node} {left}: fix the cause, then rerun")
+
+
+def written(live: LiveNode, target: Mapping[str, str | None]) -> bool:
+    """Every fact of `target` (shown key -> value, None: absent) on the node."""
+    for shown, value in target.items():
+        fact, key = parse_shown_key(shown)
+        if BY_FACT[fact].get(live, key) != value:
+            return False
+    return True
+
+
+def target_of(planned: NodePlan) -> dict[str, str | None]:
+    """What a node's rollout writes: its disruptive facts (shown key -> value)."""
+    return {c.shown_key: c.after for c in planned.changes if c.rollout}
 
 
 # --- status ---------------------------------------------------------------------------------
@@ -492,30 +536,39 @@ def status(
     stuck_after: float,
     now: datetime.datetime,
     catalogue: disruptive.Catalogue | None = None,
+    binding: Binding | None = None,
 ) -> list[NodeStatus]:
-    """Every node with something to say, sorted: in a rollout (or failed in one), planning
-    a disruptive change, with an operator state label not at a done value, or with its
-    driver upgrade under way or failed. `pods` are the pods bound to those nodes,
-    `budgets` the PodDisruptionBudgets by namespace."""
+    """Every node with something to say, sorted: in a rollout (or failed in one, or
+    carrying a journal no run may resume from: `foreign`), planning a disruptive change,
+    with an operator state label not at a done value, or with its driver upgrade under way
+    or failed. `pods` are the pods bound to those nodes, `budgets` the
+    PodDisruptionBudgets by namespace, `binding` the rollouts' Leases."""
     catalogue = catalogue or disruptive.Catalogue.packaged()
+    binding = binding or Binding.offline()
     on_node: dict[str, list[Mapping[str, Any]]] = {}
     for pod in pods:
         on_node.setdefault(str((pod.get("spec") or {}).get("nodeName")), []).append(pod)
     found = []
     for live in sorted(nodes, key=lambda n: n.name):
+        try:
+            recorded = _recorded(live, binding)
+        except Untrusted as e:
+            found.append(NodeStatus(node=live.name, state=FOREIGN, blocked=True, reason=str(e)))
+            continue
         entry = _node_status(
-            live, live.name in planned, on_node.get(live.name, []), budgets, catalogue
+            live, recorded, live.name in planned, on_node.get(live.name, []), budgets, catalogue
         )
         if entry is None:
             continue
-        since = live.annotations.get(ROLLOUT_SINCE)
+        since = recorded.since if recorded is not None and recorded.since else None
         seconds = _age(since, now)
         if entry.state == WAIT_REQUIRED and seconds is not None and seconds >= stuck_after:
+            assert recorded is not None
+            states = Checks.load(recorded.checks).states
             waiting = ", ".join(
                 f"{t.label}={live.labels.get(t.label, '(not reported)')}"
                 for t in catalogue.states()
-                if live.labels.get(t.label) not in t.done
-                and t.label in Checks.load(live.annotations.get(ROLLOUT_CHECKS)).states
+                if live.labels.get(t.label) not in t.done and t.label in states
             )
             entry = entry.model_copy(
                 update={
@@ -530,22 +583,51 @@ def status(
     return found
 
 
+FOREIGN: Final = "foreign"
+
+
+def _recorded(live: LiveNode, binding: Binding) -> journal.Journal | None:
+    """The node's journal when a run could resume from it (Untrusted: foreign, stale, or
+    contradicted by the node where it says the cordon is behind it)."""
+    recorded = journal.read(live)
+    if recorded is None:
+        return None
+    lease = binding.leases.get(recorded.lease)
+    if lease is None or lease.rollout != recorded.rollout or live.name not in lease.nodes:
+        raise Untrusted(
+            f"its journal (rollout {recorded.rollout}, at {recorded.phase}) names no Lease of "
+            f"that rollout listing {live.name}: stale or foreign; "
+            + journal.ABANDON.format(node=live.name)
+        )
+    phases = {p.name: p for p in (*FactJob.PHASES, *Upgrade.PHASES)}
+    phase = phases.get(recorded.phase)
+    if phase is not None and Requires.CORDONED in phase.requires and not live.unschedulable:
+        raise Untrusted(
+            f"its journal says {recorded.phase}, but it is not cordoned: stale; "
+            + journal.ABANDON.format(node=live.name)
+        )
+    return recorded
+
+
 def _node_status(
     live: LiveNode,
+    recorded: journal.Journal | None,
     planned: bool,
     pods: Sequence[Mapping[str, Any]],
     budgets: Mapping[str, Sequence[Mapping[str, Any]]],
     catalogue: disruptive.Catalogue,
 ) -> NodeStatus | None:
-    phase = live.annotations.get(PHASE)
     name = live.name
-    if ROLLOUT_FAILED in live.annotations:
+    phase = recorded.phase if recorded is not None else None
+    if recorded is not None and recorded.failed is not None:
         return NodeStatus(
             node=name,
-            state=ROLLOUT_FAILED_STATE,
+            state=ROLLOUT_FAILED_STATE if recorded.work == "facts" else UPGRADE_FAILED,
             blocked=True,
-            reason=f"failed at {phase}: {live.annotations[ROLLOUT_FAILED]}",
+            reason=f"failed at {phase}: {recorded.failed}",
         )
+    if recorded is not None and recorded.work == "driver":
+        return NodeStatus(node=name, state=str(phase))
     if phase is not None or planned:
         if phase is None and live.unschedulable:
             return NodeStatus(node=name, state="planned", blocked=True, reason=CORDONED_BY_OTHERS)

@@ -17,15 +17,18 @@ from reconcile.engine.grants import Rule
 from reconcile.engine.plan import NodePlan, Plan
 from reconcile.gpu import drivers
 from reconcile.gpu.drivers import AuditFinding, Coverage
+from reconcile.gpu.journal import Step, conflicts
+from reconcile.gpu.lock import RBAC as LOCK_RBAC
+from reconcile.gpu.lock import RolloutLock
 from reconcile.gpu.rollout import Rollout, RolloutPlan, RolloutRequest, Work
 from reconcile.gpu.upgrade import RBAC as UPGRADE_RBAC
 from reconcile.gpu.upgrade import (
     Declared,
     NodeOps,
     PodToEvict,
-    Step,
     Upgrade,
     UpgradeFailed,
+    UpgradeRefused,
     at_target,
 )
 from reconcile.kube.api import NodeApi
@@ -36,6 +39,7 @@ from reconcile.kube.objects import LiveNode
 RBAC: Final = (
     Rule("", ("nodes",), ("get",), why="upgrade, rollout and `drivers tag` read one node"),
     *UPGRADE_RBAC,
+    *LOCK_RBAC,
     Rule(
         "batch",
         ("jobs",),
@@ -157,6 +161,8 @@ def upgrade(
     cluster: NodeApi,
     emit: Callable[[Step], None],
     note: Callable[[str], None],
+    *,
+    lock: RolloutLock | None = None,
 ) -> None:
     """Preflight (image in the matrix, budgets), then the operator's states one by one,
     each emitted as it happens; with `dry_run`, the steps it would take. Raises
@@ -167,6 +173,8 @@ def upgrade(
         raise ReconcileError(
             "no support matrix in desired/drivers/: the target image cannot be checked"
         )
+    lock = lock or RolloutLock(cluster)
+    binding = lock.binding()
     job = Upgrade(
         cluster,
         node,
@@ -178,8 +186,11 @@ def upgrade(
         ignore_daemonsets=request.ignore_daemonsets,
         force=request.force,
         declared=declared_budgets(state),
+        binding=binding,
     )
     live = cluster.get_node(node)
+    if problems := conflicts(binding, [node]):
+        raise UpgradeRefused("; ".join(problems) + " (nothing was changed)")
     wanted = job.driver_labels()
     if at_target(live, request.version):
         note(f"{node} is already on driver {request.version}: nothing to do")
@@ -195,7 +206,13 @@ def upgrade(
         _desired_note(request, wanted, write=False, note=note)
         return
     try:
-        job.run(start, tag, evictions)
+        lock.acquire([node], "driver", request.version)
+        done = lock.renewing(lambda: note(f"lost the upgrade's Lease {lock.ref}"))
+        try:
+            job.run(start, tag, evictions)
+        finally:
+            done()
+            lock.release(cluster.list_nodes())
     except KeyboardInterrupt as e:
         raise UpgradeInterrupted(
             f"interrupted: {node} is at {job.state or 'its previous state'}; rerun the same "
@@ -221,7 +238,7 @@ def _preflight_notes(
 ) -> None:
     note(f"preflight: driver image {tag} is in the support matrix")
     if start > 0:
-        note(f"resuming the upgrade of {node} at {live.labels.get(drivers.UPGRADE_STATE)}")
+        note(f"resuming the upgrade of {node} at {Upgrade.PHASES[start].name} (its journal)")
     if evictions:
         pods = ", ".join(p.id for p in evictions)
         note(f"preflight: the budgets allow evicting {len(evictions)} pod(s): {pods}")

@@ -36,23 +36,22 @@ from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import NotFound, ReconcileError
 from reconcile.engine import placement
 from reconcile.engine.placement import DrainRoom
-from reconcile.gpu import disruptive, drivers
+from reconcile.gpu import disruptive, drivers, journal
+from reconcile.gpu.journal import Binding, Step, Untrusted
 from reconcile.gpu.upgrade import (
     DRAIN_REQUIRED,
     STATE,
-    STATES,
-    TARGET_ANNOTATION,
     UPGRADE_DONE,
     UPGRADE_FAILED,
     NodeOps,
     PodToEvict,
-    Step,
     Upgrade,
     UpgradeFailed,
     UpgradeRefused,
     at_target,
     budget_blockers,
     budget_waits,
+    operator_midway,
     pods_to_evict,
     poll_intervals,
 )
@@ -293,6 +292,11 @@ class Work(Protocol):
         """A label selector of every node the work may take (None: any)."""
         ...
 
+    @property
+    def binding(self) -> Binding:
+        """The rollout its nodes' journals belong to, and the Leases read before it."""
+        ...
+
     def select(self, cluster: NodeApi, request: RolloutRequest) -> list[LiveNode]:
         """The nodes the request names, sorted (UpgradeRefused when it names none)."""
         ...
@@ -359,6 +363,7 @@ class DriverWork:
     state_field: str = STATE
     done_state: str = UPGRADE_DONE
     nodes_selector: str | None = drivers.GPU_NODES
+    binding: Binding = field(default_factory=Binding.offline)
 
     def _job(self, node: str) -> Upgrade:
         ops = self.ops
@@ -375,6 +380,7 @@ class DriverWork:
             sleep=ops.sleep,
             clock=ops.clock,
             declared=ops.declared,
+            binding=self.binding,
         )
 
     def select(self, cluster: NodeApi, request: RolloutRequest) -> list[LiveNode]:
@@ -394,6 +400,15 @@ class DriverWork:
         gpu = [n for n in selection if n.name not in not_gpu]
         done = [n.name for n in gpu if at_target(n, self.version)]
         todo = [n for n in gpu if n.name not in done]
+        for node in todo:
+            midway = operator_midway(node)
+            if midway is not None:
+                problems.append(midway.removesuffix(" (nothing was changed)"))
+                continue
+            try:
+                journal.trusted(node, self.binding, "driver", self.version)
+            except Untrusted as e:
+                problems.append(str(e))
         missing: dict[str, list[str]] = {}
         major = drivers.split_driver_version(self.version)[0]
         for node in todo:
@@ -420,10 +435,11 @@ class DriverWork:
         return pods  # a driver change takes every pod off the node, as kubectl drain
 
     def past_drain(self, live: LiveNode) -> bool:
-        return self._job(live.name).start_index(live) > STATES.index(DRAIN_REQUIRED)
+        job = self._job(live.name)
+        return job.start_index(live) > job.machine.names.index(DRAIN_REQUIRED)
 
     def resuming(self, live: LiveNode) -> bool:
-        return live.annotations.get(TARGET_ANNOTATION) == self.version
+        return journal.JOURNAL in live.annotations
 
     def prepare(self, node: str) -> Callable[[], None]:
         job = self._job(node)
@@ -476,6 +492,7 @@ class Rollout:
         for node, why in found.skipped.items():
             self.note(f"{node} skipped: {why}")
         problems = list(found.problems)
+        problems += journal.conflicts(self.work.binding, [n.name for n in found.todo])
         todo, done = found.todo, found.done
         limit = limit_of(request.max_unavailable, len(found.pool))
         # A node an earlier run left midway is unavailable by that run: it resumes first.

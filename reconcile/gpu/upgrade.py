@@ -1,11 +1,14 @@
 """One node's driver change, in the GPU Operator's order, with its failure modes checked first.
 
 Image first, budget second, then cordon, drain (through the Eviction API, never a plain
-delete), relabel, validate, uncordon. The node's `nvidia.com/gpu-driver-upgrade-state`
-label walks the documented states, one PATCH per transition, set before each step's
-action: interrupted anywhere, a rerun reads the label and resumes where it stopped, and
-every step is safe to repeat. Where it cannot go on, the node is left cordoned in
-`upgrade-failed`, which is what the operator does too.
+delete), relabel, validate, uncordon. The node's journal (gpu/journal.py) records each
+state before its action, and the `nvidia.com/gpu-driver-upgrade-state` label reports it
+as the operator's upgrade controller does, one PATCH per transition: interrupted
+anywhere, a rerun resumes from the journal (never from the label, which the operator
+writes too), and every step is safe to repeat. A node whose label says the operator is
+midway through an upgrade of its own, with no journal of reconcile's, is refused. Where
+it cannot go on, the node is left cordoned in `upgrade-failed`, which is what the
+operator does too.
 """
 
 from __future__ import annotations
@@ -13,12 +16,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple, NoReturn
+from typing import Any, ClassVar, Final, NoReturn
 
-from reconcile.desired.reserved import UPGRADE_TARGET, UPGRADE_WAS_CORDONED
 from reconcile.diagnostics import ApiError, NotFound, ReconcileError, TooManyRequests
 from reconcile.engine.grants import Rule
-from reconcile.gpu import drivers
+from reconcile.gpu import drivers, journal
+from reconcile.gpu.journal import Binding, Requires, Step, Untrusted
 from reconcile.kube.api import NodeApi
 from reconcile.kube.kinds import workload_id
 from reconcile.kube.objects import LiveNode
@@ -26,8 +29,6 @@ from reconcile.kube.selector import SelectorError, from_label_selector
 
 STATE: Final = drivers.UPGRADE_STATE
 SKIP: Final = "nvidia.com/gpu-driver-upgrade.skip"
-TARGET_ANNOTATION: Final = UPGRADE_TARGET
-CORDONED_ANNOTATION: Final = UPGRADE_WAS_CORDONED
 
 UPGRADE_REQUIRED: Final = "upgrade-required"
 CORDON_REQUIRED: Final = "cordon-required"
@@ -86,14 +87,6 @@ RBAC: Final = (
         why="upgrade checks the budgets of the pods a drain would evict",
     ),
 )
-
-
-class Step(NamedTuple):
-    """One thing the upgrade did (or, dry, would do): a fact of a node or pod that moved."""
-
-    subject: str
-    field: str
-    value: str = ""
 
 
 class UpgradeRefused(ReconcileError):
@@ -350,13 +343,44 @@ def at_target(live: LiveNode, version: str) -> bool:
         )
         == (major, minor, rev)
         and state in (None, "", UPGRADE_DONE, UPGRADE_REQUIRED)
-        and TARGET_ANNOTATION not in live.annotations
+        and journal.JOURNAL not in live.annotations
+    )
+
+
+# The states in which the operator's upgrade controller is working on a node.
+OPERATOR_MIDWAY: Final = frozenset(STATES) - {UPGRADE_REQUIRED, UPGRADE_DONE}
+
+
+def operator_midway(live: LiveNode) -> str | None:
+    """Why the node is the operator's to finish: its upgrade-state label is midway and no
+    journal of reconcile's accounts for it (None: it is not)."""
+    state = live.labels.get(STATE)
+    if state not in OPERATOR_MIDWAY or journal.JOURNAL in live.annotations:
+        return None
+    return (
+        f"{live.name} is at {STATE}={state} with no journal of reconcile's: the GPU "
+        "Operator's upgrade controller is upgrading it (or was): wait for upgrade-done or "
+        "upgrade-failed, then rerun (nothing was changed)"
     )
 
 
 @dataclass
 class Upgrade:
-    """One node's driver upgrade. `emit` receives each step as it happens."""
+    """One node's driver upgrade through the journal's machine. `emit` receives each step
+    as it happens."""
+
+    # The operator's states, each with what it needs of the node (pod-deletion-required,
+    # the operator's path when draining is off, is not one of reconcile's).
+    PHASES: ClassVar[tuple[journal.Phase, ...]] = journal.phases(
+        (UPGRADE_REQUIRED, ()),
+        (CORDON_REQUIRED, ()),
+        (DRAIN_REQUIRED, (Requires.CORDONED,)),
+        (POD_RESTART_REQUIRED, (Requires.CORDONED, Requires.DRAINED)),
+        (VALIDATION_REQUIRED, (Requires.CORDONED, Requires.WRITTEN)),
+        (UNCORDON_REQUIRED, (Requires.WRITTEN,)),
+        (UPGRADE_DONE, ()),
+    )
+    STATE_FIELD: ClassVar[str] = STATE
 
     cluster: NodeApi
     node: str
@@ -370,20 +394,34 @@ class Upgrade:
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
     declared: Declared = field(default_factory=dict)
-    state: str | None = field(default=None, init=False)
+    binding: Binding = field(default_factory=Binding.offline)
+    machine: journal.Machine = field(init=False)
+    _evictions: list[PodToEvict] = field(default_factory=list, init=False)
+    _tag: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         self.major, self.minor, self.rev = drivers.split_driver_version(self.version)
+        self.machine = journal.Machine(
+            self.cluster,
+            self.node,
+            self.binding,
+            "driver",
+            self.version,
+            self,
+            self.emit,
+            self.note,
+        )
+
+    @property
+    def state(self) -> str | None:
+        """The state it is at (None before the first)."""
+        return self.machine.phase
 
     # --- preflight --------------------------------------------------------------------
 
     def start_index(self, live: LiveNode) -> int:
-        """Where to begin: the state label of an interrupted run, or the start."""
-        state = live.labels.get(STATE)
-        if state in STATES and state != UPGRADE_DONE:
-            index = STATES.index(state)
-            return STATES.index(DRAIN_REQUIRED) if state == POD_DELETION_REQUIRED else index
-        return 0
+        """Where to begin: the state the node's journal records, or the start."""
+        return self.machine.start_index(live)
 
     def preflight(
         self, live: LiveNode, *, check_budgets: bool = True
@@ -398,13 +436,14 @@ class Upgrade:
             )
         if live.labels.get(SKIP) == "true":
             raise UpgradeRefused(f"{self.node} is labelled {SKIP}=true: the upgrade skips it")
+        midway = operator_midway(live)
+        if midway is not None:
+            raise UpgradeRefused(midway)
+        try:
+            journal.trusted(live, self.binding, "driver", self.version)
+        except Untrusted as e:
+            raise UpgradeRefused(f"{e} (nothing was changed)") from None
         start = self.start_index(live)
-        in_progress = live.annotations.get(TARGET_ANNOTATION)
-        if start > 0 and in_progress and in_progress != self.version:
-            raise UpgradeRefused(
-                f"{self.node} is at {live.labels.get(STATE)} of an upgrade to {in_progress}: rerun with "
-                f"--driver {in_progress} to finish it, or label it {STATE}={UPGRADE_REQUIRED} to start over"
-            )
         labels = {**live.labels, drivers.DRIVER_MAJOR: self.major}
         try:
             tag = drivers.node_tag(self.node, labels)
@@ -418,7 +457,7 @@ class Upgrade:
                 f"`{self.major},{kernel},{os_tag}` to desired/drivers/ (nothing was changed)"
             )
         evictions: list[PodToEvict] = []
-        if start <= STATES.index(DRAIN_REQUIRED):
+        if start <= self._index(DRAIN_REQUIRED):
             pods = self.cluster.pods_on(self.node)
             evictions = pods_to_evict(
                 pods, ignore_daemonsets=self.ignore_daemonsets, force=self.force
@@ -432,36 +471,16 @@ class Upgrade:
                 raise UpgradeRefused("; ".join(blockers) + " (nothing was changed)")
         return start, tag, evictions
 
+    def _index(self, state: str) -> int:
+        return self.machine.names.index(state)
+
     # --- the steps --------------------------------------------------------------------
-
-    def _set_state(self, live: LiveNode, state: str, **annotations: str | None) -> LiveNode:
-        if live.labels.get(STATE) == state and not annotations:
-            self.state = state
-            return live
-        patch: dict[str, Any] = {"metadata": {"labels": {STATE: state}}}
-        if annotations:
-            patch["metadata"]["annotations"] = annotations
-        live = self.cluster.patch_node(self.node, patch)
-        self.state = state
-        self.emit(Step(self.node, STATE, state))
-        return live
-
-    def _cordon(self, live: LiveNode, cordoned: bool) -> LiveNode:
-        if live.unschedulable == cordoned:
-            return live
-        live = self.cluster.patch_node(
-            self.node, {"spec": {"unschedulable": True if cordoned else None}}
-        )
-        self.emit(Step(self.node, "spec.unschedulable", "true" if cordoned else "false"))
-        return live
 
     def planned_steps(self, start: int, tag: str, evictions: list[PodToEvict]) -> list[Step]:
         """What `run` would do, for --dry-run: its steps, an eviction as `<pod> evict` (to
         be done, where `run` says `evicted`)."""
         steps = []
-        for state in STATES[start:]:
-            if state == POD_DELETION_REQUIRED:
-                continue
+        for state in self.machine.names[start:]:
             steps.append(Step(self.node, STATE, state))
             if state == CORDON_REQUIRED:
                 steps.append(Step(self.node, "spec.unschedulable", "true"))
@@ -485,46 +504,36 @@ class Upgrade:
         }
 
     def run(self, start: int, tag: str, evictions: list[PodToEvict]) -> None:
-        live = self.cluster.get_node(self.node)
-        if start == 0:
-            # After an upgrade-failed the node is cordoned by that attempt: what it was
-            # before is what that attempt recorded.
-            cordoned = live.annotations.get(CORDONED_ANNOTATION) or (
-                "true" if live.unschedulable else "false"
-            )
-            live = self._set_state(
-                live,
-                UPGRADE_REQUIRED,
-                **{TARGET_ANNOTATION: self.version, CORDONED_ANNOTATION: cordoned},
-            )
-        for state in STATES[max(start, 1) :]:
-            if state == POD_DELETION_REQUIRED:
-                continue  # reconcile drains the node: the operator's drain-required path
-            live = self._set_state(live, state)
-            if state == CORDON_REQUIRED:
-                live = self._cordon(live, True)
-            elif state == DRAIN_REQUIRED:
-                self._drain(evictions)
-            elif state == POD_RESTART_REQUIRED:
-                live = self._relabel(live)
-            elif state == VALIDATION_REQUIRED:
-                self._validate(tag)
-            elif state == UNCORDON_REQUIRED:
-                was_cordoned = live.annotations.get(CORDONED_ANNOTATION) == "true"
-                if was_cordoned:
-                    self.note(
-                        f"{self.node} stays cordoned: it was cordoned before the upgrade began"
-                    )
-                live = self._cordon(live, was_cordoned)
-            elif state == UPGRADE_DONE:
-                live = self.cluster.patch_node(
-                    self.node,
-                    {
-                        "metadata": {
-                            "annotations": {TARGET_ANNOTATION: None, CORDONED_ANNOTATION: None}
-                        }
-                    },
-                )
+        self._tag, self._evictions = tag, evictions
+        self.machine.run(start)
+
+    # --- what the machine asks -------------------------------------------------------------
+
+    def before(self, phase: str) -> None:
+        """Nothing: an upgrade in flight finishes (its states are brief)."""
+
+    def phase_labels(self, phase: str) -> dict[str, str | None]:
+        return {STATE: phase}
+
+    def written(self, live: LiveNode) -> bool:
+        return all(live.labels.get(k) == v for k, v in self.driver_labels().items())
+
+    def undrained(self, live: LiveNode) -> list[str]:
+        pods = pods_to_evict(self.cluster.pods_on(self.node), ignore_daemonsets=True, force=True)
+        return [p.id for p in pods]
+
+    def act(self, phase: str, live: LiveNode) -> LiveNode:
+        if phase == CORDON_REQUIRED:
+            return self.machine.cordon(live)
+        if phase == DRAIN_REQUIRED:
+            self._drain(self._evictions)
+        elif phase == POD_RESTART_REQUIRED:
+            return self._relabel(live)
+        elif phase == VALIDATION_REQUIRED:
+            self._validate(self._tag)
+        elif phase == UNCORDON_REQUIRED:
+            return self.machine.uncordon(live)
+        return live
 
     def _relabel(self, live: LiveNode) -> LiveNode:
         wanted = self.driver_labels()
@@ -546,18 +555,17 @@ class Upgrade:
         self.emit(Step(self.node, "driver-image", f"{tag} OK"))
 
     def _fail(self, reason: str) -> NoReturn:
-        """Record upgrade-failed on the node (as far as the API lets us), then stop."""
+        """Record upgrade-failed on the node and the reason in its journal (as far as the
+        API lets us), then stop."""
         left = f"is left cordoned in {UPGRADE_FAILED}"
-        try:
-            self.cluster.patch_node(self.node, {"metadata": {"labels": {STATE: UPGRADE_FAILED}}})
-        except ReconcileError as e:
-            left = f"could not be labelled {UPGRADE_FAILED} ({e}) and is left cordoned"
+        problem = self.machine.record_failure(reason, {STATE: UPGRADE_FAILED})
+        if problem is not None:
+            left = f"could not be labelled {UPGRADE_FAILED} ({problem}) and is left cordoned"
         else:
             self.emit(Step(self.node, STATE, UPGRADE_FAILED))
-            self.state = UPGRADE_FAILED
         raise UpgradeFailed(
             f"{reason}; {self.node} {left}: fix the cause, then rerun "
-            "(or label it upgrade-required)"
+            "(or `reconcile rollout abandon` it to start over)"
         )
 
     def _drain(self, evictions: list[PodToEvict]) -> None:

@@ -74,6 +74,16 @@ class NodeApi(Protocol):
         """The Lease replaced; the body's resourceVersion is a precondition (Conflict)."""
         ...
 
+    def list_leases(
+        self, namespace: str, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The namespace's Leases (matching `label_selector`)."""
+        ...
+
+    def delete_lease(self, namespace: str, name: str) -> bool:
+        """The Lease deleted; False when it was gone already."""
+        ...
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         """An events.k8s.io/v1 Event recorded."""
         ...

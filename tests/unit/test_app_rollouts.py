@@ -19,8 +19,8 @@ from reconcile.app.rollouts import (
     _stop_when,
 )
 from reconcile.diagnostics import ReconcileError
+from reconcile.gpu.journal import Step
 from reconcile.gpu.rollout import RolloutDocument, RolloutPlan
-from reconcile.gpu.upgrade import Step
 
 VERSION = "550.90.07"
 STATE = "nvidia.com/gpu-driver-upgrade-state"

@@ -18,9 +18,10 @@ from reconcile.desired.reserved import ROLLOUT_CHECKS, ROLLOUT_FAILED, ROLLOUT_P
 from reconcile.engine.operations import PlanRequest
 from reconcile.gpu import change, gates, operations
 from reconcile.gpu import checks as gpu
+from reconcile.gpu.journal import Step
 from reconcile.gpu.mig import MigTable
 from reconcile.gpu.rollout import Batch, Rollout, RolloutRequest
-from reconcile.gpu.upgrade import NodeOps, Step, UpgradeFailed, UpgradeRefused
+from reconcile.gpu.upgrade import NodeOps, UpgradeFailed, UpgradeRefused
 from reconcile.kube.objects import LiveNode
 from tests.fake import BUDGETS, PODS, FakeCluster
 from tests.support import A100_MIG_LABELS

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from reconcile.desired.models import DesiredState
 from reconcile.desired.reader import load_desired
 from reconcile.diagnostics import ApiError, TooManyRequests
+from reconcile.gpu.journal import Step
 from reconcile.gpu.rollout import (
     Batch,
     DriverWork,
@@ -29,7 +30,6 @@ from reconcile.gpu.rollout import (
 from reconcile.gpu.upgrade import (
     NodeOps,
     PodToEvict,
-    Step,
     UpgradeRefused,
     budget_blockers,
     budget_waits,

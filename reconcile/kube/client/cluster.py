@@ -511,6 +511,14 @@ class Cluster:
         """PUT: the body's metadata.resourceVersion is a precondition (Conflict when stale)."""
         return dict(self.request("PUT", object_path(LEASES, namespace, name), body=body))
 
+    def list_leases(
+        self, namespace: str, *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        return self.list_objects(LEASES, namespace, label_selector=label_selector)
+
+    def delete_lease(self, namespace: str, name: str) -> bool:
+        return self.delete_object(LEASES, namespace, name)
+
     def create_event(self, namespace: str, body: dict[str, Any]) -> None:
         self.request("POST", EVENTS.path(namespace_segment(namespace)), body=body)
 

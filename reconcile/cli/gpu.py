@@ -289,6 +289,15 @@ def _pacing_options(command: F) -> F:
     help="Update the driver labels in desired/ (the node files or the group that declares "
     "them; comments and order kept).",
 )
+@click.option(
+    "--lease-duration",
+    default="30s",
+    show_default=True,
+    callback=duration,
+    metavar="DURATION",
+    help="How long the run's Lease (one rollout at a time on a node) outlives its last "
+    "renewal: after a crash, how long until a rerun may take its nodes over.",
+)
 @click.option("--cluster", metavar="NAME", help="In a fleet: the cluster the nodes are in.")
 def upgrade(
     session: Session,
@@ -383,6 +392,15 @@ def upgrade(
     "--ignore-daemonsets", is_flag=True, help="Leave DaemonSet pods that use GPUs in place."
 )
 @click.option("--force", is_flag=True, help="Also evict GPU pods that no controller recreates.")
+@click.option(
+    "--lease-duration",
+    default="30s",
+    show_default=True,
+    callback=duration,
+    metavar="DURATION",
+    help="How long the run's Lease (one rollout at a time on a node) outlives its last "
+    "renewal: after a crash, how long until a rerun may take its nodes over.",
+)
 @click.option(
     "--cluster",
     metavar="NAME",

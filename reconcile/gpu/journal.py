@@ -357,13 +357,21 @@ class Machine:
             and all(live.labels.get(k) == v for k, v in labels.items())
         ):
             return live
-        journal = journal.model_copy(update={"since": now()})
+        moved = (
+            last
+            or self.journal is None
+            or (self.journal.phase, self.journal.failed) != (phase, None)
+            or any(live.labels.get(k) != v for k, v in labels.items())
+        )
+        if moved:
+            journal = journal.model_copy(update={"since": now()})
         metadata: dict[str, Any] = {"annotations": {JOURNAL: None if last else journal.dump()}}
         if labels:
             metadata["labels"] = labels
         live = self.cluster.patch_node(self.node, {"metadata": metadata})
         self.journal = None if last else journal
-        self.emit(Step(self.node, self.steps.STATE_FIELD, phase))
+        if moved:  # a journal only taken over (a rerun at the same phase) says nothing
+            self.emit(Step(self.node, self.steps.STATE_FIELD, phase))
         return live
 
     def recorded(self, **changes: Any) -> dict[str, str]:
@@ -389,7 +397,8 @@ class Machine:
         journal = self.journal
         if journal is None or not journal.cordoned:
             if live.unschedulable:
-                self.note(f"{self.node} stays cordoned: it was cordoned before the rollout began")
+                began = "upgrade" if self.work == "driver" else "rollout"
+                self.note(f"{self.node} stays cordoned: it was cordoned before the {began} began")
             return live
         patch: dict[str, Any] = {"metadata": {"annotations": self.recorded(cordoned=False)}}
         if live.unschedulable:

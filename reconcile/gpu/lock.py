@@ -49,7 +49,7 @@ RBAC: Final = (
     Rule(
         "coordination.k8s.io",
         ("leases",),
-        ("create", "delete", "get", "list", "update"),
+        ("create", "delete", "list", "update"),
         why="rollout and upgrade hold a Lease per run (one rollout at a time on a node): "
         "list to find the others, create, renew (update) and delete their own",
         where=NAMESPACE,

@@ -401,14 +401,14 @@ class DriverWork:
         done = [n.name for n in gpu if at_target(n, self.version)]
         todo = [n for n in gpu if n.name not in done]
         for node in todo:
-            midway = operator_midway(node)
-            if midway is not None:
-                problems.append(midway.removesuffix(" (nothing was changed)"))
-                continue
             try:
                 journal.trusted(node, self.binding, "driver", self.version)
             except Untrusted as e:
                 problems.append(str(e))
+                continue
+            midway = operator_midway(node)
+            if midway is not None:
+                problems.append(midway.removesuffix(" (nothing was changed)"))
         missing: dict[str, list[str]] = {}
         major = drivers.split_driver_version(self.version)[0]
         for node in todo:

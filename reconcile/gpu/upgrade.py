@@ -355,7 +355,7 @@ def operator_midway(live: LiveNode) -> str | None:
     """Why the node is the operator's to finish: its upgrade-state label is midway and no
     journal of reconcile's accounts for it (None: it is not)."""
     state = live.labels.get(STATE)
-    if state not in OPERATOR_MIDWAY or journal.JOURNAL in live.annotations:
+    if state not in OPERATOR_MIDWAY or journal.marked(live):
         return None
     return (
         f"{live.name} is at {STATE}={state} with no journal of reconcile's: the GPU "
@@ -436,13 +436,13 @@ class Upgrade:
             )
         if live.labels.get(SKIP) == "true":
             raise UpgradeRefused(f"{self.node} is labelled {SKIP}=true: the upgrade skips it")
-        midway = operator_midway(live)
-        if midway is not None:
-            raise UpgradeRefused(midway)
         try:
             journal.trusted(live, self.binding, "driver", self.version)
         except Untrusted as e:
             raise UpgradeRefused(f"{e} (nothing was changed)") from None
+        midway = operator_midway(live)
+        if midway is not None:
+            raise UpgradeRefused(midway)
         start = self.start_index(live)
         labels = {**live.labels, drivers.DRIVER_MAJOR: self.major}
         try:

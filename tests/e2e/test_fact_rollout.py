@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from reconcile.gpu import change, gates
+from reconcile.gpu import change, gates, journal
 from tests.conftest import ClusterFactory
 from tests.e2e.test_prune_guards import snapshot
 from tests.support import A100_MIG_LABELS, TestCluster, run_cli, wait_for
@@ -98,6 +98,12 @@ spec:
         command: [dcgmi, diag, -r, "1"]
 """
 AFTER = {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.5gb": "28"}
+
+
+def _phase(node: dict[str, Any]) -> str | None:
+    """The phase the node's rollout journal records (None: no journal)."""
+    text = (node["metadata"].get("annotations") or {}).get(journal.JOURNAL)
+    return None if text is None else journal.Journal.load(text).phase
 
 
 def _node(name: str, pool: str, *, cordoned: bool = False) -> dict[str, Any]:
@@ -354,7 +360,7 @@ def test_a_node_that_fails_its_layout_halts_the_rollout_and_status_says_so(
     assert failed.lines[-1] == "gpu-0 rollout-failed"
     node = pool.node("gpu-0")
     assert node["spec"]["unschedulable"] is True
-    assert node["metadata"]["annotations"][change.PHASE] == "wait-required"
+    assert _phase(node) == "wait-required"
     later = pool.node("gpu-1")
     assert later["metadata"]["labels"] == gpu1["metadata"]["labels"]
     assert not later["spec"].get("unschedulable")
@@ -474,8 +480,7 @@ def test_sigint_leaves_the_node_at_its_wait_and_the_same_command_resumes(
     )
 
     def waiting() -> bool:
-        annotations = pool.node("gpu-0")["metadata"].get("annotations") or {}
-        return annotations.get(change.PHASE) == "wait-required"
+        return _phase(pool.node("gpu-0")) == "wait-required"
 
     wait_for(waiting, what="gpu-0 waiting for its state", timeout=60)
     process.send_signal(signal.SIGINT)
@@ -487,7 +492,7 @@ def test_sigint_leaves_the_node_at_its_wait_and_the_same_command_resumes(
     assert "rerun the same command to resume" in err
     node = pool.node("gpu-0")
     assert node["spec"]["unschedulable"] is True
-    assert node["metadata"]["annotations"][change.PHASE] == "wait-required"
+    assert _phase(node) == "wait-required"
     assert change.PHASE not in (pool.node("gpu-1")["metadata"].get("annotations") or {})
 
     _replace_on_the_sandbox(pool)

@@ -214,10 +214,12 @@ def test_deploy_manifests_validate_and_dry_run_on_the_server(
         "Deployment/reconcile-system/reconcile-watch",
         "Role/default/reconcile",
         "Role/gpu-drv/reconcile",
+        "Role/kube-system/reconcile",
         "Role/nfd-lab/reconcile",
         "Role/reconcile-system/reconcile",
         "RoleBinding/default/reconcile",
         "RoleBinding/gpu-drv/reconcile",
+        "RoleBinding/kube-system/reconcile",
         "RoleBinding/nfd-lab/reconcile",
         "RoleBinding/reconcile-system/reconcile",
         "ServiceAccount/reconcile-system/reconcile",
@@ -409,7 +411,16 @@ def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) 
         "application/merge-patch+json",
     )
     assert status == 200
-    result = checked.run(driver, driver_work, "upgrade", "lab-node-2", "--driver", "550.127.05")
+    result = checked.run(
+        driver,
+        driver_work,
+        "upgrade",
+        "lab-node-2",
+        "--driver",
+        "550.127.05",
+        "--lease-duration",
+        "1s",  # renewed three times a second: the renewal is asked too
+    )
     assert result.code == 0, result.stderr
     # a MIG layout rolled out in two batches, a gate's Job between them (the sandbox runs
     # no Job controller: the gate halts the rollout once its time is up)
@@ -481,8 +492,12 @@ def test_rbac_grants_workload_verbs_only_where_desired_declares_objects(tmp_path
         ("coordination.k8s.io", "leases", "update", "reconcile"),
         ("coordination.k8s.io", "leases", "create", ""),
     }
+    # the Secret desired/ declares there, and the Leases of rollouts (one at a time on a node)
     assert {g[1:] for g in granted if g[0] == "kube-system"} == {
         ("", "secrets", verb, "") for verb in ("get", "list", "create", "patch", "delete")
+    } | {
+        ("coordination.k8s.io", "leases", verb, "")
+        for verb in ("create", "delete", "list", "update")
     }
     assert ("team-a", "networking.k8s.io", "networkpolicies", "create", "") in granted
     # a namespace used but not created is checked by name (kube-system is granted anyway)

@@ -213,17 +213,15 @@ def test_a_budget_that_blocks_after_preflight_times_out_leaving_the_node_cordone
     assert node["metadata"]["labels"]["nvidia.com/cuda.driver.major"] == "535"
 
     _min_available(cluster, 3)
-    code, lines, err = _upgrade(cluster, work)  # upgrade-failed: start over
+    code, lines, err = _upgrade(cluster, work)  # the journal: the drain is retried
     assert code == 0, err
-    assert lines == [line for line in THE_STEPS if line != "lab-node-1 spec.unschedulable true"]
+    assert lines == THE_STEPS[3:]
     assert not cluster.node("lab-node-1")["spec"].get(
         "unschedulable"
     )  # cordoned by the failed try only
 
 
-def test_an_interrupted_upgrade_resumes_from_the_state_label(
-    cluster: TestCluster, work: Path
-) -> None:
+def test_an_interrupted_upgrade_resumes_from_its_journal(cluster: TestCluster, work: Path) -> None:
     if cluster.sandbox is None:
         pytest.skip("interrupts the run while the sandbox refuses its evictions")
     _add_row(work)
@@ -271,7 +269,7 @@ def test_an_interrupted_upgrade_resumes_from_the_state_label(
     _min_available(cluster, 3)
     code, lines, err = _upgrade(cluster, work)
     assert code == 0, err
-    assert "note: resuming the upgrade of lab-node-1 at drain-required" in err
+    assert "note: resuming the upgrade of lab-node-1 at drain-required (its journal)" in err
     assert lines == THE_STEPS[4:]  # no second upgrade-required, cordon: straight to the evictions
 
 
@@ -318,7 +316,23 @@ def test_preflight_refusals(cluster: TestCluster, work: Path) -> None:
     assert status == 200
     code, _, err = _upgrade(cluster, work)
     assert code == 2
-    assert "is at drain-required of an upgrade to 560.35.03: rerun with --driver 560.35.03" in err
+    assert (
+        "lab-node-1 carries reconcile.dev/upgrade-target, a marker no journal of reconcile's "
+        "accounts for: nothing resumes from it; `reconcile rollout abandon lab-node-1`"
+    ) in err
+    cluster.raw(
+        "PATCH",
+        "/api/v1/nodes/lab-node-1",
+        {"metadata": {"annotations": {"reconcile.dev/upgrade-target": None}}},
+        "application/merge-patch+json",
+    )
+    # The operator's own label, midway, with no journal: the operator's upgrade.
+    code, _, err = _upgrade(cluster, work)
+    assert code == 2
+    assert (
+        f"lab-node-1 is at {STATE}=drain-required with no journal of reconcile's: the GPU "
+        "Operator's upgrade controller is upgrading it"
+    ) in err
     cluster.label("lab-node-1", **{STATE: None})
 
     bare = {

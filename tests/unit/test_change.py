@@ -14,11 +14,10 @@ import pytest
 
 from reconcile.desired.models import DesiredState
 from reconcile.desired.reader import load_desired
-from reconcile.desired.reserved import ROLLOUT_CHECKS, ROLLOUT_FAILED, ROLLOUT_PHASE
 from reconcile.engine.operations import PlanRequest
-from reconcile.gpu import change, gates, operations
+from reconcile.gpu import change, gates, journal, operations
 from reconcile.gpu import checks as gpu
-from reconcile.gpu.journal import Step
+from reconcile.gpu.journal import Binding, Journal, LeaseView, Step
 from reconcile.gpu.mig import MigTable
 from reconcile.gpu.rollout import Batch, Rollout, RolloutRequest
 from reconcile.gpu.upgrade import NodeOps, UpgradeFailed, UpgradeRefused
@@ -146,7 +145,7 @@ class _Run:
         return job, job.preflight()
 
     def phases(self, node: str) -> list[str]:
-        return [s.value for s in self.steps if s.subject == node and s.field == ROLLOUT_PHASE]
+        return [s.value for s in self.steps if s.subject == node and s.field == change.PHASE]
 
 
 def test_a_layout_rolls_out_drains_only_gpu_pods_and_leaves_the_node_as_it_was(
@@ -191,8 +190,10 @@ def test_the_write_removes_the_stale_state_and_records_what_to_check(tmp_path: P
     live = cluster.get_node("n0")
     assert STATE not in live.labels  # the report of the old layout is gone
     assert live.unschedulable
-    assert live.annotations[ROLLOUT_PHASE] == "wait-required"
-    assert change.Checks.load(live.annotations[ROLLOUT_CHECKS]) == change.Checks(
+    recorded = journal.read(live)
+    assert recorded is not None and recorded.phase == "wait-required"
+    assert recorded.cordoned and recorded.target == {"nvidia.com/mig.config": "all-1g.5gb"}
+    assert change.Checks.load(recorded.checks) == change.Checks(
         (STATE,), {"nvidia.com/gpu": "0", "nvidia.com/mig-1g.5gb": "28"}
     )
     assert run.phases("n0")[-1] == change.ROLLOUT_FAILED_STATE
@@ -209,13 +210,14 @@ def test_a_failed_layout_stays_cordoned_and_a_rerun_resumes_at_the_wait(tmp_path
 
     assert error.startswith("nvidia.com/mig.config.state=failed: the operator could not apply")
     live = cluster.get_node("n0")
-    assert live.unschedulable and ROLLOUT_FAILED in live.annotations
+    recorded = journal.read(live)
+    assert live.unschedulable and recorded is not None and recorded.failed is not None
     writes_before = list(cluster.writes)
 
     manager.result = "success"
     manager.answer("n0")  # the operator retried and succeeded
     job, plan = run.rollout()
-    assert plan.targets == ["n0"]  # no drift left: the annotation brings it back
+    assert plan.targets == ["n0"]  # no drift left: the journal brings it back
     result = job.run(plan)
 
     assert result.ok
@@ -325,17 +327,33 @@ def _live(
     return FakeCluster().add_node(name, labels or {}, annotations=annotations)
 
 
+def _journal(phase: str, **fields: Any) -> dict[str, str]:
+    recorded = Journal(
+        rollout="r1", lease="kube-system/l1", work="facts", target={}, phase=phase, **fields
+    )
+    return {journal.JOURNAL: recorded.dump()}
+
+
 def test_status_says_what_blocks_each_node_and_the_next_step() -> None:
     waiting = _live(
         "waiting",
         {STATE: "pending"},
-        {
-            ROLLOUT_PHASE: "wait-required",
-            "reconcile.dev/rollout-phase-since": "2026-01-01T11:30:00Z",
-            ROLLOUT_CHECKS: change.Checks((STATE,), None).dump(),
-        },
+        _journal(
+            "wait-required",
+            since="2026-01-01T11:30:00Z",
+            checks=change.Checks((STATE,), None).data(),
+        ),
     )
-    failed = _live("failed", None, {ROLLOUT_PHASE: "wait-required", ROLLOUT_FAILED: "it broke"})
+    waiting = LiveNode(**{**waiting.__dict__, "unschedulable": True})
+    failed = _live("failed", None, _journal("wait-required", failed="it broke"))
+    failed = LiveNode(**{**failed.__dict__, "unschedulable": True})
+    # A bare marker of an earlier version, and a journal of a rollout whose Lease is gone.
+    foreign = _live("foreign", None, {"reconcile.dev/rollout-phase": "write-required"})
+    stale = _live(
+        "stale",
+        None,
+        {journal.JOURNAL: _journal("drain-required")[journal.JOURNAL].replace("l1", "l9")},
+    )
     upgrade = _live("upgrade", {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"})
     quiet = _live("quiet", {STATE: "success"})
     bare = _live("bare")
@@ -351,17 +369,27 @@ def test_status_says_what_blocks_each_node_and_the_next_step() -> None:
     ]
     planned = {"bare": object()}
 
+    lease = LeaseView(
+        "l1", "kube-system", "r1", "", "", "", False, frozenset({"waiting", "failed", "stale"})
+    )
     found = change.status(
-        [waiting, failed, upgrade, quiet, bare],
+        [waiting, failed, upgrade, quiet, bare, foreign, stale],
         planned,  # type: ignore[arg-type]
         pods,
         {},
         stuck_after=900,
         now=NOW,
+        binding=Binding.offline({lease.ref: lease}),
     )
 
     by_node = {s.node: s for s in found}
-    assert sorted(by_node) == ["bare", "failed", "upgrade", "waiting"]
+    assert sorted(by_node) == ["bare", "failed", "foreign", "stale", "upgrade", "waiting"]
+    assert by_node["foreign"].state == by_node["stale"].state == "foreign"
+    assert (
+        by_node["foreign"].blocked
+        and "reconcile rollout abandon foreign" in by_node["foreign"].reason
+    )
+    assert "names no Lease of that rollout" in by_node["stale"].reason
     assert by_node["waiting"].blocked and by_node["waiting"].seconds == 1800
     assert by_node["waiting"].reason.startswith(
         "nvidia.com/mig.config.state=pending for 30m: mig-manager may be paused"
@@ -385,7 +413,8 @@ def test_a_stopped_rollout_leaves_the_node_at_its_wait_and_the_next_run_resumes_
     [(node, error)] = result.failed
     assert (node, result.not_started) == ("n0", ("n1",))
     assert error.startswith("n0 stopped at wait-required by a signal: the next run resumes it")
-    assert cluster.get_node("n0").annotations[ROLLOUT_PHASE] == "wait-required"
+    recorded = journal.read(cluster.get_node("n0"))
+    assert recorded is not None and recorded.phase == "wait-required"
     assert cluster.get_node("n0").unschedulable
 
     manager = _MigManager(cluster, run.clock)
@@ -394,7 +423,7 @@ def test_a_stopped_rollout_leaves_the_node_at_its_wait_and_the_next_run_resumes_
     assert plan.targets == ["n0", "n1"]
     assert job.run(plan).ok
     assert run.phases("n0") == list(change.PHASES)  # each phase once, across both runs
-    assert ROLLOUT_FAILED not in cluster.get_node("n0").annotations
+    assert journal.JOURNAL not in cluster.get_node("n0").annotations
 
 
 def test_the_rollout_document_names_what_it_rolls_out_and_leaves_the_other_out() -> None:

@@ -11,6 +11,7 @@ from reconcile.desired.models import DesiredNode
 from reconcile.desired.reader import load_desired
 from reconcile.desired.writer import write_labels
 from reconcile.diagnostics import Source
+from reconcile.gpu.journal import JOURNAL, Journal
 from reconcile.gpu.upgrade import (
     PodToEvict,
     Upgrade,
@@ -124,20 +125,26 @@ def test_an_unready_pod_does_not_need_a_healthy_budget() -> None:
     assert budget_blockers([unready], {"ns": [budget]}, "n1") == []
 
 
-def test_resume_points() -> None:
+def test_resume_points_come_from_the_journal_never_from_the_operators_label() -> None:
     nowhere: Any = None  # start_index reads only the node it is given
     job = Upgrade(nowhere, "n", "550.90.07", frozenset(), emit=print, note=print)
-    for state, index in (
-        (None, 0),
-        ("upgrade-done", 0),
-        ("upgrade-failed", 0),
+    for state in (None, "upgrade-done", "upgrade-failed", "drain-required", "uncordon-required"):
+        labels: dict[str, str] = {}
+        if state is not None:
+            labels["nvidia.com/gpu-driver-upgrade-state"] = state
+        assert job.start_index(LiveNode("n", "1", labels)) == 0, state
+    for phase, index in (
+        ("upgrade-required", 0),
         ("cordon-required", 1),
-        ("pod-deletion-required", 3),
-        ("drain-required", 3),
-        ("uncordon-required", 6),
+        ("drain-required", 2),
+        ("pod-restart-required", 3),
+        ("uncordon-required", 5),
     ):
-        labels = {} if state is None else {"nvidia.com/gpu-driver-upgrade-state": state}
-        assert job.start_index(LiveNode("n", "1", labels)) == index, state
+        recorded = Journal(
+            rollout="r", lease="kube-system/l", work="driver", target="550.90.07", phase=phase
+        )
+        live = LiveNode("n", "1", {}, {JOURNAL: recorded.dump()})
+        assert job.start_index(live) == index, phase
 
 
 def test_write_labels_keeps_comments_order_and_quoting(

@@ -760,7 +760,7 @@ class Abandoned:
 
 
 def abandon(
-    target: Target, cluster: Cluster, nodes: tuple[str, ...], selector: str | None
+    session: Session, cluster_name: str | None, nodes: tuple[str, ...], selector: str | None
 ) -> Abandoned:
     """The journals (and foreign markers) of the nodes named or selected removed, their
     cordons left as they are, and the Leases no journal names any more deleted; refused
@@ -768,6 +768,10 @@ def abandon(
     from reconcile.gpu import journal
     from reconcile.gpu.rollout import RolloutRequest, node_selection
 
+    if bool(nodes) == bool(selector):
+        raise ReconcileError("give the NODE(s) whose journal to abandon, or --selector (not both)")
+    target = one_target(session, cluster_name, "rollout abandon")
+    cluster = session.connect(None, target)
     chosen = node_selection(cluster, RolloutRequest(nodes=nodes, selector=selector))
     lock = _lock(cluster, 0)
     done = journal.abandon(cluster, chosen, lock.binding())

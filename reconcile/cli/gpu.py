@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -513,6 +514,42 @@ def rollout_status(
         lambda target, cluster: rollouts.rollout_status(target, cluster, stuck_after),
         show,
     )
+
+
+@rollout.command("abandon")
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.argument("nodes", nargs=-1)
+@click.option("-l", "--selector", metavar="SELECTOR", help="Every node it selects.")
+@click.option("--cluster", metavar="NAME", help="In a fleet: the cluster the nodes are in.")
+def rollout_abandon(
+    session: Session,
+    output: Format,
+    nodes: tuple[str, ...],
+    selector: str | None,
+    cluster: str | None,
+) -> int:
+    """Forget the rollout journal of NODEs (or of the nodes a selector selects): the
+    `reconcile.dev/rollout` annotation, and any marker of an earlier version, removed, so
+    that the next `rollout` or `upgrade` starts those nodes afresh. Cordons are left as
+    they are, and each line says how the node was left: uncordon it yourself once it is
+    safe. Refused (nothing removed) for a node in a rollout that is still running.
+    `<node> reconcile.dev/rollout abandoned (<how it was left>)` per node; exit 0."""
+    from reconcile.app import rollouts
+    from reconcile.gpu.journal import JOURNAL
+
+    for node in nodes:
+        check_node_name(node)
+    done = rollouts.abandon(session, cluster, nodes, selector)
+    if output is Format.JSON:
+        rows = [{"node": node, "left": left} for node, left in done.nodes]
+        stdout().write(json.dumps(rows, indent=2) + "\n")
+        return EXIT_OK
+    if not done.nodes:
+        log.info("no journal on the nodes given: nothing to abandon")
+    for node, left in done.nodes:
+        stdout().write(f"{node} {JOURNAL} abandoned ({left})\n")
+    return EXIT_OK
 
 
 class _UpgradeView:

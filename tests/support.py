@@ -498,6 +498,13 @@ def reset(cluster: TestCluster) -> None:
                 f"{collection.format(namespace=namespace)}?labelSelector={SEEDED}",
                 now,
             )
+    # The rollouts' Leases (reconcile/gpu/lock.py), a dead holder's among them.
+    cluster.raw(
+        "DELETE",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+        "?labelSelector=reconcile.dev%2Frollout",
+        now,
+    )
     for collection in collections:
         path = collection.format(namespace="default")
         status, found = cluster.raw("GET", path)

@@ -476,7 +476,7 @@ def _roll_out_fleet(session: Session, request: FactRollout, view: View) -> int:
         if cluster.result is not None and cluster.result.stopped_by is not None:
             summary = outcome.summary if outcome is not None else ""
             stderr().write(f"interrupted: {cluster.cluster}: {summary}{rest}; rerun to resume\n")
-            return EXIT_SIGINT
+            return 128 + cluster.result.stopped_by
         why = cluster.error or (outcome.summary if outcome is not None else "")
         raise ReconcileError(f"rollout stopped at cluster {cluster.cluster}: {why}{rest}")
     return EXIT_OK
@@ -594,8 +594,9 @@ class _UpgradeView:
             log.info("%s", result.desired.stale)
 
     def exit_code(self, result: NodeUpgraded | RolledOut) -> int:
-        """EXIT_OK; EXIT_SIGINT, saying where a rerun resumes, when a signal stopped the
-        run; a rollout stopped by a failure is a ReconcileError naming it."""
+        """EXIT_OK; 128 + the signal (130 SIGINT, 143 SIGTERM), saying where a rerun
+        resumes, when a signal stopped the run; a rollout stopped by a failure is a
+        ReconcileError naming it."""
         if isinstance(result, NodeUpgraded):
             if result.interrupted is None:
                 return EXIT_OK
@@ -606,7 +607,7 @@ class _UpgradeView:
             return EXIT_OK
         if result.stopped_by is not None:
             stderr().write(f"interrupted: {outcome.summary}; rerun the same command to resume\n")
-            return EXIT_SIGINT
+            return 128 + result.stopped_by
         raise ReconcileError(
             f"rollout stopped: {outcome.summary}; rerun the same command to resume"
         )

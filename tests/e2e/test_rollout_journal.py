@@ -356,3 +356,27 @@ def test_upgrade_does_not_resume_from_the_operators_upgrade_state(
     assert f"lab-node-1 is at {UPGRADE_STATE}={state} with no journal of reconcile's" in error
     assert "nothing was changed" in error
     assert snapshot(lab) == before
+
+
+def test_upgrade_is_refused_on_a_node_another_rollout_holds(
+    lab: TestCluster, drivers: Path
+) -> None:
+    _patch(
+        lab,
+        "/apis/policy/v1/namespaces/gpu-drv/poddisruptionbudgets/trainer-pdb",
+        {"spec": {"minAvailable": 3}},
+    )
+    _lease(lab, "b2b2b2b2b2b2", "lab-node-1", renewed_ago=1)
+    before = snapshot(lab)
+
+    refused = run_cli(
+        "upgrade", "lab-node-1", "--driver", "550.90.07", cwd=drivers, kubeconfig=lab.kubeconfig
+    )
+
+    assert refused.code == 2
+    error = _error(refused.stderr)
+    assert (
+        "lab-node-1 is in another rollout: rollout b2b2b2b2b2b2 held by alice@ci-runner-7" in error
+    )
+    assert "nothing was changed" in error
+    assert snapshot(lab) == before

@@ -423,9 +423,10 @@ def rollout(
 
     \b
     Everything is preflighted before the first write (the plan's blocking findings, each
-    batch's drain against the budgets). Each node's phase is kept in its
-    reconcile.dev/rollout-phase annotation: an interrupted run resumes where it stopped.
-    In a fleet the clusters go wave by wave, each passing the gates before the next wave.
+    batch's drain against the budgets). Each run holds a Lease (kube-system) over its
+    nodes; each node's phase is kept in its journal, the reconcile.dev/rollout annotation:
+    an interrupted run resumes where it stopped, from a journal it trusts and checks
+    against the node. `rollout abandon` clears a stale one. In a fleet the clusters go wave by wave, each passing the gates before the next wave.
     `reconcile rollout status` says where each node is and what blocks it.
     """
     if click.get_current_context().invoked_subcommand is not None:

@@ -33,6 +33,7 @@ from reconcile.engine.grants import Rule
 from reconcile.engine.nodes.apply import apply_plan
 from reconcile.engine.nodes.plan import build_plan
 from reconcile.engine.objects.apply import apply_objects, preflight_objects
+from reconcile.engine.objects.inventory import read_inventory
 from reconcile.engine.objects.plan import desired_configs, plan_objects
 from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions
 from reconcile.engine.results import ApplyResult
@@ -188,7 +189,7 @@ def verify_saved(
         checks=checks,
         live=live,
     )
-    saved.refuse_differences(opened.plan, replanned, live)
+    saved.refuse_differences(opened.plan, replanned, live, lambda: read_inventory(cluster))
     # What blocks the apply is decided now, not by what the file says.
     return opened.plan.model_copy(update={"findings": replanned.findings})
 

@@ -13,23 +13,27 @@ plan harmless is that nothing in it is taken on trust:
   must be the ones apply is given, so a file alone never grants a destructive option;
 - every planned node and object has not moved since (else "stale"), unless a node already
   carries exactly its planned change (applying twice writes nothing);
-- and then every node change and every object (action, manifest, plural, scope, changes,
-  the people whose changes it takes back) is what re-planning gives now; the first
-  difference is named.
+- and then everything apply would write is what re-planning gives now: every node entry
+  whole (its changes, taints, inventory, resourceVersion), an entry with no changes too;
+  every object (action, manifest, plural, scope, changes, the people whose changes it
+  takes back); and the object inventory, whether or not the plan holds objects. A node
+  planning gives nothing for passes only when it carries all its entry would write
+  already. The first difference is named, before anything is written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from pydantic import ValidationError
 
 from reconcile import files
 from reconcile.diagnostics import PlanRefused, ReconcileError, StalePlan
+from reconcile.engine.facts import Fact, shown_key
 from reconcile.engine.plan import (
     ClusterIdentity,
     NodePlan,
@@ -213,29 +217,86 @@ def check_manifests(plan: Plan, configs: Mapping[ObjectId, dict[str, Any]]) -> N
     _refuse_moved(moved)
 
 
-def differences(saved: Plan, replanned: Plan, live: Sequence[LiveNode]) -> Iterator[str]:
-    """Where the saved plan is not what planning gives now, change by change. Nodes that
-    already carry their planned changes are left out (applying them writes nothing); what
-    re-planning gives beyond the saved plan (drift that appeared since) is not applied and
-    is no difference."""
+def differences(
+    saved: Plan,
+    replanned: Plan,
+    live: Sequence[LiveNode],
+    recorded: Callable[[], Sequence[str]] | None = None,
+) -> Iterator[str]:
+    """Where what applying the saved plan would write is not what planning gives now.
+
+    Every node entry is compared whole (its changes, inventory, taints, resourceVersion,
+    source, refusal), an entry with no changes too: the patch writes its taints and
+    inventory annotations whatever its changes say. A node planning gives nothing for is
+    accepted only when it already carries everything its entry would write (a plan
+    applied once already: applying it again writes nothing). The object inventory is
+    compared whether or not the plan holds objects; `recorded` reads the one the cluster
+    holds, which a plan may record again when planning records none. What re-planning
+    gives beyond the saved plan (drift that appeared since) is not applied and is no
+    difference."""
     nodes = {node.name: node for node in live}
     fresh = {node.name: node for node in replanned.nodes}
+    seen: set[str] = set()
     for node_plan in saved.nodes:
+        if node_plan.name in seen:
+            yield f"{node_plan.name} (in the plan twice)"
+            continue
+        seen.add(node_plan.name)
         now = nodes.get(node_plan.name)
-        if now is not None and not node_plan.converged(now):
-            continue  # in place already: nothing of it will be written
-        yield from _node_differences(node_plan, fresh.get(node_plan.name))
+        if now is not None and not written(node_plan, now):
+            continue  # in place already: applying it writes nothing
+        yield from _node_differences(node_plan, fresh.get(node_plan.name), now)
     objects = {obj.identity: obj for obj in replanned.objects}
+    seen_objects: set[str] = set()
     for obj in saved.objects:
+        if obj.id in seen_objects:
+            yield f"{obj.id} (in the plan twice)"
+            continue
+        seen_objects.add(obj.id)
         yield from _object_differences(obj, objects.get(obj.identity))
-    if saved.objects and saved.inventory != replanned.inventory:
+    if saved.inventory != replanned.inventory and not (
+        replanned.inventory is None
+        and saved.inventory is not None
+        and recorded is not None
+        and sorted(saved.inventory) == sorted(recorded())
+    ):
         yield "the object inventory to record (not the one planning gives)"
 
 
-def _node_differences(saved: NodePlan, fresh: NodePlan | None) -> Iterator[str]:
+def written(node_plan: NodePlan, live: LiveNode) -> list[str]:
+    """What applying `node_plan` would change on `live`, as drift lines name it (a label
+    bare, `annotation:<key>`, inventory annotations included; `taints` for the taint
+    list); empty when the node carries all of it already."""
+    patch = node_plan.patch(with_precondition=False)
+    metadata = cast("dict[str, dict[str, str | None]]", patch["metadata"])
+    found = [c.shown_key for c in node_plan.converged(live)]
+    for key, value in metadata["labels"].items():
+        if live.labels.get(key) != value and key not in found:
+            found.append(key)
+    for key, value in metadata["annotations"].items():
+        shown = shown_key(Fact.ANNOTATION, key)
+        if live.annotations.get(key) != value and shown not in found:
+            found.append(shown)
+    if node_plan.taints is not None and _taints(node_plan.taints) != _taints(live.taints):
+        found.append("taints")
+    return found
+
+
+def _taints(taints: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A taint list as a write changes it: the API server stamps `timeAdded` on a
+    NoExecute taint itself, so a list that only lacks it writes nothing new."""
+    return [{k: v for k, v in t.items() if k != "timeAdded"} for t in taints]
+
+
+def _node_differences(
+    saved: NodePlan, fresh: NodePlan | None, live: LiveNode | None
+) -> Iterator[str]:
     if fresh is None:
         for change in saved.changes:
             yield f"{saved.name} {change.shown_key} {change.shown_value} (planning gives no change)"
+        if not saved.changes:  # what it writes all the same: its taints, its inventories
+            what = ", ".join(written(saved, live)) if live is not None else "an entry"
+            yield f"{saved.name} {what} (planning gives nothing for this node)"
         return
     planned = {(c.fact, c.key): c for c in fresh.changes}
     for change in saved.changes:
@@ -262,6 +323,7 @@ def _object_differences(saved: ObjectPlan, fresh: ObjectPlan | None) -> Iterator
         yield f"{saved.id} action {saved.action} (planning gives {fresh.action})"
         return
     for field in (
+        "apiVersion",  # not part of its identity: the version the request is sent to
         "plural",
         "namespaced",
         "manifest",
@@ -275,9 +337,14 @@ def _object_differences(saved: ObjectPlan, fresh: ObjectPlan | None) -> Iterator
             yield f"{saved.id} {field} (not what planning gives)"
 
 
-def refuse_differences(saved: Plan, replanned: Plan, live: Sequence[LiveNode]) -> None:
+def refuse_differences(
+    saved: Plan,
+    replanned: Plan,
+    live: Sequence[LiveNode],
+    recorded: Callable[[], Sequence[str]] | None = None,
+) -> None:
     """Raise PlanRefused naming the first difference, if there is one."""
-    for difference in differences(saved, replanned, live):
+    for difference in differences(saved, replanned, live, recorded):
         raise PlanRefused(
             f"the plan is not what planning gives now: {difference}: nothing was applied. "
             "Re-run `reconcile plan --out FILE`"

@@ -7,9 +7,11 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
-from tests.e2e.test_prune_guards import _reseal, _saved, _value, snapshot
-from tests.support import TestCluster, run_cli
+from tests.e2e.test_prune_guards import _reseal, _saved, _value, _workloads_drift, snapshot
+from tests.plan_edits import EVIL, Place, edited, entry_for, places
+from tests.support import CliResult, TestCluster, run_cli
 
 KEY = {"RECONCILE_PLAN_KEY": "s3cret-of-the-pipeline"}
 LINE = "lab-node-1 nvidia.com/gpu.count 2"
@@ -111,3 +113,146 @@ def test_a_plan_file_that_is_not_utf8_is_one_error_line(lab: TestCluster, workdi
     [line] = result.stderr.splitlines()
     assert line.startswith(f"error: {path} is not a saved reconcile plan (")
     assert snapshot(lab) == before
+
+
+# --- everything apply writes is planned again: no field of the file is taken on trust ------
+
+POOL = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: NodeGroup
+metadata: {name: ml}
+selector:
+  matchLabels: {kubernetes.io/hostname: lab-node-2}
+annotations: {example.com/pool: ml}
+taints:
+- {key: dedicated, value: ml, effect: NoSchedule}
+"""
+SETTINGS = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: gpu-drv}
+data: {mode: fast}
+"""
+
+
+def _one_refusal(result: CliResult) -> str:
+    assert (result.code, result.stdout) == (2, ""), result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: "), line
+    return line
+
+
+def test_an_entry_with_no_changes_appended_for_another_node_is_refused(
+    lab: TestCluster, workdir: Path
+) -> None:
+    """The attack as it was seen: an entry for another node with `changes: []`, a
+    NoExecute taint and a rewritten inventory annotation, at that node's resourceVersion,
+    and an object inventory without the Deployment, the PDB and the Namespace; the digest
+    recomputed, no plan key. Applying it tainted the node and left those objects out of the
+    inventory for good, printed one line and exited 0."""
+    path = _saved(lab, workdir)
+    version = lab.node("lab-node-2")["metadata"]["resourceVersion"]
+    _, recorded = lab.raw("GET", "/api/v1/namespaces/default/configmaps/reconcile-inventory")
+    kept = [e for e in recorded["data"]["objects"].splitlines() if "gpu-drv" not in e]
+
+    def edit(doc: dict[str, Any]) -> None:
+        entry = dict(doc["nodes"][0], name="lab-node-2", resourceVersion=version)
+        entry.update(changes=[], taints=[EVIL], inventory=["evil", "taint:evil:NoExecute"])
+        doc["nodes"].append(entry)
+        doc["inventory"] = kept
+
+    _reseal(path, edit)
+    before = snapshot(lab)
+
+    line = _one_refusal(run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig))
+
+    assert line.startswith(
+        "error: the plan is not what planning gives now: lab-node-2 "
+        "annotation:reconcile.dev/managed-labels, annotation:reconcile.dev/managed-taints, "
+        "taints (planning gives nothing for this node): nothing was applied"
+    ), line
+    assert snapshot(lab) == before
+    assert "taints" not in lab.node("lab-node-2")["spec"]
+
+
+def test_an_object_inventory_edited_into_a_plan_without_objects_is_refused(
+    lab: TestCluster, workdir: Path
+) -> None:
+    path = _saved(lab, workdir)
+    assert json.loads(path.read_text())["objects"] == []
+    _reseal(path, lambda doc: doc.update(inventory=[]))
+    before = snapshot(lab)
+
+    line = _one_refusal(run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig))
+
+    assert "the object inventory to record (not the one planning gives)" in line
+    assert snapshot(lab) == before
+
+
+def test_an_untouched_saved_plan_applies_and_applying_it_again_writes_nothing(
+    lab: TestCluster, workdir: Path
+) -> None:
+    path = _saved(lab, workdir)
+
+    first = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+    after = snapshot(lab)
+    again = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert (first.code, first.lines) == (0, [LINE]), first.stderr
+    assert (again.code, again.lines) == (0, []), again.stderr
+    assert snapshot(lab) == after
+    assert lab.node("lab-node-1")["metadata"]["labels"]["nvidia.com/gpu.count"] == "2"
+
+
+def _rich_plan(lab: TestCluster, workdir: Path) -> Path:
+    """A plan holding every kind of thing apply writes: a label change (lab-node-1), an
+    annotation and a taint with the node's whole taint list (lab-node-2), an object
+    update (the Namespace, the Deployment), a create (a ConfigMap) and the inventory
+    that records it. nfd-lab's objects are left out of desired/ (not pruned: no
+    --prune), which keeps each re-planning short."""
+    desired = workdir / "desired"
+    (desired / "workloads" / "nfd-lab.yaml").unlink()
+    (desired / "groups").mkdir()
+    (desired / "groups" / "ml.yaml").write_text(POOL)
+    (desired / "workloads" / "settings.yaml").write_text(SETTINGS)
+    _workloads_drift(workdir)
+    return _saved(lab, workdir)
+
+
+def _through_the_cli(place: Place) -> bool:
+    """Each field of each node entry, and the object inventory. Each edit costs a whole
+    apply against the cluster: the objects' fields (test_prune_guards.py edits them
+    through the command line too) and what lies deeper are walked in the unit test."""
+    if place[0] == "nodes":
+        return len(place) == 3 or place[3:] == ("-",)
+    return place[0] == "inventory" and place[1:] in ((), (0,), ("-",))
+
+
+def test_every_field_apply_would_write_is_planned_again(lab: TestCluster, workdir: Path) -> None:
+    """Through the command line, against the cluster: an edit of each field of each node
+    entry and of the object inventory, and an entry with no changes for each node (the
+    digest recomputed, no plan key), is refused with one error line and nothing written;
+    the plan as saved then applies. Every place of a plan, walked against FakeCluster:
+    tests/unit/test_saved.py."""
+    path = _rich_plan(lab, workdir)
+    saved = json.loads(path.read_text())
+    assert saved["inventory"] and saved["nodes"][1]["taints"], saved  # all kinds are there
+    edits = [(p, edited(saved, p)) for p in places(saved) if _through_the_cli(p)]
+    for node in lab.raw("GET", "/api/v1/nodes")[1]["items"]:
+        name, version = node["metadata"]["name"], node["metadata"]["resourceVersion"]
+        edits.append((("nodes", "+", name), entry_for(saved, name, version)))
+    before = snapshot(lab)
+    edited_path = workdir / "edited.json"
+
+    for where, document in edits:
+        edited_path.write_text(json.dumps(document))
+        _reseal(edited_path, lambda doc: None)
+        result = run_cli("apply", str(edited_path), cwd=workdir, kubeconfig=lab.kubeconfig)
+        assert result.code == 2, (where, result.stdout, result.stderr)
+        [line] = result.stderr.splitlines()
+        assert line.startswith("error: ") and "nothing was applied" in line, (where, line)
+        assert snapshot(lab) == before, where
+
+    applied = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert applied.code == 0, applied.stderr
+    assert "lab-node-2 taint:dedicated:NoSchedule ml" in applied.lines

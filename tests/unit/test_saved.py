@@ -4,16 +4,19 @@ and every object in it being what planning gives now (nodes: tests/unit/test_pla
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from reconcile.desired.models import DesiredState, Manifest
+from reconcile.desired.models import DesiredNode, DesiredState, Manifest
 from reconcile.diagnostics import PlanRefused, ReconcileError, Source
-from reconcile.engine import saved
+from reconcile.engine import operations, saved
 from reconcile.engine.objects.apply import apply_objects
 from reconcile.engine.objects.plan import plan_objects
+from reconcile.engine.operations import ApplyRequest, PlanRequest
 from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan
 from tests.fake import CONFIGMAPS, FakeCluster
+from tests.plan_edits import edited, entry_for, places
 
 TREE = "sha256:" + "1" * 64
 HERE = ClusterIdentity(server="https://here", kubeSystemUID="uid-here")
@@ -113,3 +116,82 @@ def test_a_plan_file_too_large_missing_or_edited_is_refused(
         saved.parse({**document, "prune": True}, "the plan")
     with pytest.raises(ReconcileError, match=r"is not a saved reconcile plan \(kind"):
         saved.parse({**document, "kind": "Other"}, "the plan")
+
+
+# --- every place of a saved plan that apply takes something from ---------------------------
+
+
+def _node(
+    name: str,
+    labels: dict[str, str | None] | None = None,
+    annotations: dict[str, str | None] | None = None,
+    taints: dict[str, str | None] | None = None,
+) -> DesiredNode:
+    source = Source(f"desired/nodes/{name}.yaml", 4, 9)
+    return DesiredNode(
+        name, labels or {}, source, annotations=annotations or {}, taints=taints or {}
+    )
+
+
+def _walked_state(**data: str) -> DesiredState:
+    extra = Manifest(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "extra", "namespace": "default"},
+        },
+        Source("desired/workloads/extra.yaml", 1, 1),
+    )
+    nodes = {
+        "n1": _node("n1", labels={"a.io/x": "1"}),
+        "n2": _node("n2", annotations={"a.io/note": "n"}, taints={"dedicated:NoSchedule": "ml"}),
+        "n3": _node("n3", labels={"a.io/x": "1"}),
+    }
+    return DesiredState(nodes=nodes, manifests=(_settings(**data), extra), digest=TREE)
+
+
+def _walked_cluster() -> FakeCluster:
+    """n1 and n2 drifted (a label; an annotation and a taint), n3 in place; the settings
+    ConfigMap applied earlier (in the inventory) and changed in desired/ since."""
+    cluster = FakeCluster()
+    cluster.add_node("n1", {"a.io/x": "0"})
+    cluster.add_node("n2", {}, taints=[{"key": "other", "effect": "NoSchedule"}])
+    cluster.add_node("n3", {"a.io/x": "1"})
+    earlier = DesiredState(manifests=(_settings(mode="old"),), digest=TREE)
+    operations.apply(
+        ApplyRequest(operations.plan(PlanRequest(earlier), cluster), desired=earlier), cluster
+    )
+    cluster.writes.clear()
+    return cluster
+
+
+def _opened(document: dict[str, Any], state: DesiredState) -> operations.SavedPlan:
+    document = dict(document, digest=None)
+    document["digest"] = Plan.model_validate(document).body_digest()  # resealed
+    return operations.open_saved(saved.parse(document, "the plan"), state)
+
+
+def test_no_place_of_a_saved_plan_is_taken_on_trust() -> None:
+    """Every edit of every place apply takes something from (digest recomputed, no plan
+    key) is refused before anything is written: node entries whole, an entry with no
+    changes for any node, objects, the inventory. The plan as saved applies."""
+    cluster, state = _walked_cluster(), _walked_state(mode="new")
+    planned = operations.plan(PlanRequest(state), cluster)
+    assert [n.name for n in planned.nodes] == ["n1", "n2"] and planned.nodes[1].taints
+    assert {o.action for o in planned.objects} == {"update", "create"} and planned.inventory
+    document = planned.model_dump(mode="json")
+    versions = {n.name: n.resource_version for n in cluster.list_nodes()}
+    edits = [(p, edited(document, p)) for p in places(document)]
+    edits += [(("nodes", "+", n), entry_for(document, n, v)) for n, v in versions.items()]
+
+    for where, edit in edits:
+        with pytest.raises(ReconcileError):
+            opened = _opened(edit, state)
+            operations.verify_saved(opened, cluster, PlanRequest(state))
+            pytest.fail(f"{where}: applied")
+        assert cluster.writes == [], where
+
+    verified = operations.verify_saved(_opened(document, state), cluster, PlanRequest(state))
+    result = operations.apply(ApplyRequest(verified, desired=state, saved=True), cluster)
+    assert result.ok and len(edits) > 60
+    assert [t["key"] for t in cluster.get_node("n2").taints] == ["other", "dedicated"]

@@ -7,6 +7,9 @@ looks at a path with lstat (never following a link), opens with O_NOFOLLOW, and 
 the opened file is the regular file that was looked at. A FIFO is never opened for
 reading without O_NONBLOCK, so it cannot hang a run.
 
+The same holds for `desired/` itself: a tree whose root is a link (to another checkout, to
+`/etc`) is refused before anything under it is listed.
+
 Writes go to a temporary file in the target's directory and are renamed over it: a
 rename replaces a link instead of writing through it, and a reader never sees half a
 file. Files that hold credentials are created 0600 from the start.
@@ -50,6 +53,30 @@ def describe(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a directory"
     return "not a regular file"
+
+
+# What a tree's root that is a link is told, wherever it is refused.
+ROOT_REFUSED = "not a directory: a symbolic link"
+ROOT_ALLOWED = (
+    "desired/ must be a directory itself, not a link to one (a link further up its path, "
+    "such as git-sync's checkout link, is fine); pass --desired the directory itself"
+)
+
+
+def linked_root(root: Path) -> bool:
+    """Whether `root` is itself a symbolic link (to a directory or not). Only `root` is
+    looked at, with lstat: the components above it are followed, as for any path."""
+    try:
+        return stat.S_ISLNK(os.lstat(root).st_mode)
+    except OSError:
+        return False
+
+
+def check_root(root: Path) -> None:
+    """UnsafeFile naming `root` when it is itself a link (to another tree, to `/etc`):
+    refused as a link inside the tree is, and nothing under it is read."""
+    if linked_root(root):
+        raise UnsafeFile(f"{root}: {ROOT_REFUSED}: {ROOT_ALLOWED}")
 
 
 def walk(root: Path) -> Iterator[tuple[str, str | None]]:

@@ -673,7 +673,11 @@ def _open_saved(session: Session, path: Path) -> tuple[Plan, DesiredState]:
 
 def _check_gates(session: Session, request: FactRollout, state: DesiredState) -> None:
     """Every --gate resolves before anything is read from the cluster: a job= names a
-    Job of desired/gates/, a prom= has --prometheus-url."""
+    Job of desired/gates/, a prom= has --prometheus-url, an http:// or https:// one."""
+    from reconcile.gpu.gates import check_prometheus_url
+
+    if request.prometheus_url is not None:
+        check_prometheus_url(request.prometheus_url)
     for spec in request.gates:
         if spec.kind == "job":
             _gate_job(session, state, spec.value)

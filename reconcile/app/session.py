@@ -49,6 +49,13 @@ class Session:
     # taken by the first `connect` of its target, or the error connecting to it met.
     ahead: dict[str, Cluster | ReconcileError] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # Before anything reads the tree (a fleet's clusters.yaml is read ahead): a
+        # desired/ that is a link to another tree is refused, as a link inside it is.
+        from reconcile import files
+
+        files.check_root(self.desired)
+
     def connect(self, timeout: float | None = None, target: Target | None = None) -> Cluster:
         """The cluster (a fleet's `target`); transient failures are retried until `timeout`
         (overall) runs out."""

@@ -373,7 +373,12 @@ def upgrade(
     help="After each batch: a Job of desired/gates/ run on each of its nodes must complete, "
     "or a Prometheus query ($NODES: the batch) must return no series or zeros. Repeatable.",
 )
-@click.option("--prometheus-url", metavar="URL", help="The Prometheus that --gate prom= queries.")
+@click.option(
+    "--prometheus-url",
+    metavar="URL",
+    callback=lambda ctx, param, value: _prometheus_url(value),
+    help="The Prometheus that --gate prom= queries (http:// or https://).",
+)
 @click.option(
     "--gate-timeout",
     default="30m",
@@ -450,6 +455,16 @@ def rollout(
     result = rollouts.roll_out_facts(session, request, view)
     view.render(result)
     return view.exit_code(result)
+
+
+def _prometheus_url(value: str | None) -> str | None:
+    """--prometheus-url refused as it is read, before desired/ or the cluster, unless it
+    is an http:// or https:// address (never a file:// one read as if it answered)."""
+    if value is None:
+        return None
+    from reconcile.gpu.gates import check_prometheus_url
+
+    return check_prometheus_url(value)
 
 
 def _roll_out_fleet(session: Session, request: FactRollout, view: View) -> int:

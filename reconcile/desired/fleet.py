@@ -56,7 +56,8 @@ def is_fleet(root: Path) -> bool:
 def load(root: Path) -> tuple[DesiredFleet | None, DesiredState, list[Diagnostic]]:
     """Without desired/clusters.yaml: (None, the tree, its problems), as load_desired.
     With it: (the fleet, an empty state, the problems of every cluster's tree, each once)."""
-    if not is_fleet(root):
+    if safefiles.linked_root(root) or not is_fleet(root):
+        # A root that is a link is refused by the tree's reader, its clusters.yaml unread.
         state, problems = reader.load_desired(root)
         return None, state, problems
     fleet_reader = _FleetReader(root)

@@ -167,6 +167,16 @@ class _Loader:
         return self._names.relative(path)
 
     def load(self) -> DesiredState:
+        if safefiles.linked_root(self.root):
+            self.problems.append(
+                diag.error(
+                    safefiles.ROOT_REFUSED,
+                    # As given: the shown name would resolve the link into the other tree.
+                    Source(str(self.root)),
+                    safefiles.ROOT_ALLOWED,
+                )
+            )
+            return DesiredState()
         if not self.root.is_dir():
             self.problems.append(
                 diag.error(

@@ -79,13 +79,15 @@ def _mig_projection(
     keys = (mig.MIG_CONFIG, mig.MIG_STRATEGY)
     if all(labels.get(k) == live.labels.get(k) for k in keys) or mig.MIG_CONFIG not in labels:
         return None
-    return table.projected(labels, live.allocatable)
+    return table.projected(labels, live.allocatable, capacity=live.capacity)
 
 
 def mig_layouts(projection: Projection) -> Iterable[Finding]:
     """Nodes whose new `nvidia.com/mig.config` mig-manager cannot apply (a layout the
     node's GPU does not have, an unknown layout): mig-manager would fail on the node
-    with no clear word (NVIDIA/mig-parted#18), so apply refuses."""
+    with no clear word (NVIDIA/mig-parted#18), so apply refuses. A node that does not
+    say how many GPUs it has gets a warning instead: the layout is written, what it
+    offers after is not projected."""
     table = policy(projection.desired).mig
     after = projection.labels_after
     for live in projection.live:
@@ -93,7 +95,19 @@ def mig_layouts(projection: Projection) -> Iterable[Finding]:
         if labels is None:
             continue
         projected = _mig_projection(table, live, labels)
-        if isinstance(projected, mig.MigProblem):
+        if isinstance(projected, mig.MigProblem) and projected.unknown:
+            # GFD has not labelled the node yet: the label is written, the room it makes
+            # is not known (placement keeps the node's allocatable as it is).
+            yield Finding(
+                severity=Severity.WARNING,
+                kind=MIG_CAPACITY_UNKNOWN,
+                subject=live.name,
+                message=(
+                    f"{mig.MIG_CONFIG}={projected.layout}: the node's capacity after the "
+                    f"layout cannot be projected: {projected.message}"
+                ),
+            )
+        elif isinstance(projected, mig.MigProblem):
             yield Finding(
                 severity=Severity.ERROR,
                 kind="mig-layout-invalid",
@@ -104,6 +118,7 @@ def mig_layouts(projection: Projection) -> Iterable[Finding]:
 
 
 ROLLOUT_REQUIRED: Final = "rollout-required"
+MIG_CAPACITY_UNKNOWN: Final = "mig-capacity-unknown"
 
 
 def busy_rollouts(projection: Projection) -> Iterable[Finding]:

@@ -28,8 +28,8 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from types import MappingProxyType
@@ -231,6 +231,9 @@ class MigProblem:
     product: str | None
     message: str
     layouts: tuple[str, ...] = ()
+    # The layout is fine as far as can be told, but the node does not say how many GPUs
+    # it has yet (GFD has not labelled it): what it offers after cannot be projected.
+    unknown: bool = False
 
     def __str__(self) -> str:
         return self.message
@@ -288,6 +291,7 @@ class MigTable:
         allocatable: Mapping[str, str],
         *,
         gpus: int | None = None,
+        capacity: Mapping[str, str] | None = None,
     ) -> Projected | MigProblem:
         """What the node advertises once its `nvidia.com/mig.config` is applied.
 
@@ -295,7 +299,10 @@ class MigTable:
         `nvidia.com/gpu.product`, `nvidia.com/gpu.count`, `nvidia.com/mig.strategy`,
         `nvidia.com/mig.capable`); `allocatable` its allocatable now. `gpus` gives the
         number of GPUs when the labels cannot: under strategy single, on a node already
-        partitioned, GFD's `nvidia.com/gpu.count` counts MIG devices, not GPUs."""
+        partitioned, GFD's `nvidia.com/gpu.count` counts MIG devices, not GPUs. Without
+        that label (GFD has not run yet) the GPUs the device plugin advertises whole are
+        counted, from `allocatable`, else `capacity`; when nothing tells, the problem is
+        `unknown` (a layout that does not exist for the product is still refused)."""
         layout = labels.get(MIG_CONFIG)
         strategy = labels.get(MIG_STRATEGY, "none")
         if layout is None:
@@ -327,9 +334,6 @@ class MigTable:
                 "multiplies each resource by its replicas, which no label gives for the "
                 "resources a new layout makes; this projection does not model sharing"
             )
-        count = gpus if gpus is not None else _gpu_count(labels, product_label)
-        if isinstance(count, str):
-            return problem(count)
         entries = self.configs[layout]
         if labels.get(MIG_CAPABLE) == "false":
             if any(e.mig_enabled for e in entries):
@@ -338,6 +342,26 @@ class MigTable:
                     f"Operator runs no mig-manager there and layout {layout} changes nothing"
                 )
             return Projected(layout, strategy, dict(allocatable), ())
+        count = (
+            gpus
+            if gpus is not None
+            else _gpu_count(labels, product_label, (allocatable, capacity or {}))
+        )
+        if isinstance(count, str):
+            return problem(count)
+        if count is None:
+            # Whether the layout exists for the product is still told, from the GPUs it names.
+            named = [i for e in entries if e.devices is not None for i in e.devices]
+            probed = self._resolve(layout, base, product, range(max(named, default=0) + 1))
+            if isinstance(probed, _Missing):
+                return problem(probed.reason, with_layouts=True)
+            return replace(
+                problem(
+                    f"label {GPU_COUNT} is missing and the node advertises no "
+                    f"{GPU_RESOURCE} that counts its GPUs: the number of GPUs is unknown"
+                ),
+                unknown=True,
+            )
         resolved = self._resolve(layout, base, product, range(count))
         if isinstance(resolved, _Missing):
             return problem(resolved.reason, with_layouts=True)
@@ -433,11 +457,15 @@ def _sharing(labels: Mapping[str, str]) -> str | None:
     return None
 
 
-def _gpu_count(labels: Mapping[str, str], product: str | None) -> int | str:
-    """The node's number of GPUs from `nvidia.com/gpu.count`, or why it cannot be read."""
+def _gpu_count(
+    labels: Mapping[str, str], product: str | None, offered: Sequence[Mapping[str, str]]
+) -> int | str | None:
+    """The node's number of GPUs from `nvidia.com/gpu.count`, or, without that label, from
+    the first of `offered` (allocatable, capacity) that advertises `nvidia.com/gpu`; why
+    the label cannot be read; None when nothing tells."""
     value = labels.get(GPU_COUNT)
     if value is None:
-        return f"label {GPU_COUNT} is missing: the number of GPUs is unknown"
+        return _offered_gpus(product, offered)
     if not value.isdigit():
         return f"label {GPU_COUNT}={value!r} is not a number of GPUs"
     if product is not None and _MIG_SUFFIX in product.removesuffix(_SHARED_SUFFIX):
@@ -446,6 +474,27 @@ def _gpu_count(labels: Mapping[str, str], product: str | None) -> int | str:
             f"{GPU_COUNT}={value}, not GPUs; pass the number of GPUs"
         )
     return int(value)
+
+
+def _offered_gpus(product: str | None, offered: Sequence[Mapping[str, str]]) -> int | None:
+    """The GPUs the device plugin advertises, when they are the node's GPUs: the first
+    resource list with `nvidia.com/gpu`, if no MIG instance is advertised beside it (a GPU
+    partitioned under strategy mixed is not counted there) and the product is not named
+    after one (under strategy single `nvidia.com/gpu` counts MIG devices). None otherwise,
+    and for none or zero GPUs (no device plugin yet)."""
+    if product is not None and _MIG_SUFFIX in product.removesuffix(_SHARED_SUFFIX):
+        return None
+    for listed in offered:
+        value = listed.get(GPU_RESOURCE)
+        if value is None:
+            continue
+        if any(
+            k.startswith(MIG_RESOURCE_PREFIX) and v.strip() not in ("", "0")
+            for k, v in listed.items()
+        ):
+            return None
+        return int(value) if value.isdigit() and int(value) > 0 else None
+    return None
 
 
 def _advertised(strategy: str, gpus: tuple[Gpu, ...]) -> dict[str, int] | str:

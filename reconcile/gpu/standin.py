@@ -184,7 +184,9 @@ class MigManagerStandIn:
         if annotations.get(FAIL_ANNOTATION) == "true":
             return self._failed(name, f"annotated {FAIL_ANNOTATION}=true")
         status = node.get("status") or {}
-        projected = self.table.projected(labels, status.get("allocatable") or {})
+        projected = self.table.projected(
+            labels, status.get("allocatable") or {}, capacity=status.get("capacity") or {}
+        )
         if isinstance(projected, MigProblem):
             return self._failed(name, str(projected))
         advertised = {k: v for k, v in projected.allocatable.items() if _is_gpu(k)}

@@ -28,6 +28,8 @@ class LiveNode:
     ready: bool = True
     # status.allocatable as the kubelet reports it (resource -> quantity)
     allocatable: Mapping[str, str] = field(default_factory=dict)
+    # status.capacity: what the node has before the kubelet's reservations
+    capacity: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

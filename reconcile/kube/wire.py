@@ -55,6 +55,7 @@ class _Condition(msgspec.Struct):
 class _Status(msgspec.Struct):
     conditions: list[_Condition] | None = None
     allocatable: dict[str, str] | None = None
+    capacity: dict[str, str] | None = None
 
 
 class _Spec(msgspec.Struct):
@@ -150,6 +151,7 @@ def _live(node: _Node) -> LiveNode:
         label_managers=Lazy(functools.partial(_label_managers, writers)),
         ready=any(c.type == "Ready" and c.status == "True" for c in conditions),
         allocatable=node.status.allocatable or {},
+        capacity=node.status.capacity or {},
     )
 
 

@@ -578,19 +578,20 @@ def _single(sandbox: Any, path: Path) -> Path:
     return path
 
 
-def test_a_prometheus_gate_that_finds_xid_errors_halts_before_the_next_batch(
-    pool: TestCluster, work: Path
-) -> None:
+def _gated_rollout(
+    pool: TestCluster, work: Path, query: str, answer: dict[str, Any]
+) -> tuple[Any, list[str]]:
+    """A rollout of the pool gated by `query` on a Prometheus that gives `answer`: what
+    the CLI did, and the queries Prometheus was asked."""
     from http.server import ThreadingHTTPServer
 
-    from tests.unit.test_gates import _Prometheus, _vector
+    from tests.unit.test_gates import _Prometheus
 
     _patch(pool, "/api/v1/nodes/spare-1", {"spec": {"unschedulable": None}})
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _Prometheus.asked.clear()
-    _Prometheus.answers[:] = [_vector("2")]
-    query = 'increase(DCGM_FI_DEV_XID_ERRORS{Hostname=~"$NODES"}[10m]) > 0'
+    _Prometheus.answers[:] = [answer]
     try:
         halted = _rollout(
             pool,
@@ -603,10 +604,66 @@ def test_a_prometheus_gate_that_finds_xid_errors_halts_before_the_next_batch(
     finally:
         server.shutdown()
         server.server_close()
+    return halted, list(_Prometheus.asked)
+
+
+def test_a_prometheus_gate_that_finds_xid_errors_halts_before_the_next_batch(
+    pool: TestCluster, work: Path
+) -> None:
+    from tests.unit.test_gates import _vector
+
+    query = 'increase(DCGM_FI_DEV_XID_ERRORS{Hostname=~"$NODES"}[10m]) > 0'
+    halted, asked = _gated_rollout(pool, work, query, _vector("2"))
 
     assert halted.code == 2
-    assert _Prometheus.asked == ['increase(DCGM_FI_DEV_XID_ERRORS{Hostname=~"gpu-0"}[10m]) > 0']
+    assert asked == ['increase(DCGM_FI_DEV_XID_ERRORS{Hostname=~"gpu-0"}[10m]) > 0']
     [error] = [line for line in halted.stderr.splitlines() if line.startswith("error:")]
     assert f"halted: gate prom={query}: 1 series not zero after batch 1" in error
     assert "not started: gpu-1" in error
     assert change.PHASE not in (pool.node("gpu-1")["metadata"].get("annotations") or {})
+
+
+def test_a_range_query_whose_series_has_a_value_not_zero_halts_the_rollout(
+    pool: TestCluster, work: Path
+) -> None:
+    query = 'DCGM_FI_DEV_XID_ERRORS{Hostname=~"$NODES"}[10m]'
+    series = {
+        "metric": {"__name__": "DCGM_FI_DEV_XID_ERRORS", "Hostname": "gpu-0"},
+        "values": [[1700000000, "0"], [1700000060, "79"], [1700000120, "0"]],
+    }
+    matrix = {"status": "success", "data": {"resultType": "matrix", "result": [series]}}
+    gpu_1 = snapshot(pool)["/api/v1/nodes /gpu-1"]
+
+    halted, asked = _gated_rollout(pool, work, query, matrix)
+
+    assert halted.code == 2
+    assert asked == ['DCGM_FI_DEV_XID_ERRORS{Hostname=~"gpu-0"}[10m]']
+    [error] = [line for line in halted.stderr.splitlines() if line.startswith("error:")]
+    assert (
+        f"halted: gate prom={query}: 1 series not zero after batch 1: "
+        'DCGM_FI_DEV_XID_ERRORS{Hostname="gpu-0"} = 79'
+    ) in error
+    assert "not started: gpu-1" in error
+    assert snapshot(pool)["/api/v1/nodes /gpu-1"] == gpu_1
+
+
+def test_a_prometheus_url_other_than_http_is_refused_before_anything_is_read(
+    pool: TestCluster, work: Path
+) -> None:
+    before = snapshot(pool)
+    if pool.sandbox is not None:
+        pool.sandbox.clear_requests()
+
+    refused = _rollout(
+        pool, work, "--gate", "prom=up == 0", "--prometheus-url", "file:///etc/passwd"
+    )
+    if pool.sandbox is not None:
+        assert pool.sandbox.requests == []
+
+    assert refused.code == 2
+    assert refused.stderr.splitlines() == [
+        "error: --prometheus-url file:///etc/passwd: not an address of Prometheus "
+        "(give http://HOST[:PORT][/PATH] or https://...; no other scheme is read)"
+    ]
+    assert refused.stdout == ""
+    assert snapshot(pool) == before

@@ -197,6 +197,32 @@ def test_bad_desired_input_is_exit_2_with_one_error_and_no_request(
     assert not (tmp_path / "written-outside.yaml").exists()
 
 
+def test_a_desired_tree_that_is_itself_a_link_is_refused_before_anything_is_read(
+    sandbox_only: TestCluster, workdir: Path, tmp_path: Path
+) -> None:
+    assert sandbox_only.sandbox is not None
+    # Another tree, a fleet even: its clusters.yaml would be read ahead if it were followed.
+    other = tmp_path / "other-tree"
+    (workdir / "desired").rename(other)
+    (other / "nodes" / "lab-node-0.yaml").rename(other / "nodes" / "other-tree-node.yaml")
+    (other / "clusters.yaml").write_text("apiVersion: reconcile.dev/v1alpha1\nkind: Fleet\n")
+    (workdir / "desired").symlink_to(other, target_is_directory=True)
+
+    for name, args in READS_DESIRED.items():
+        sandbox_only.sandbox.clear_requests()
+        result = run_cli(*args, cwd=workdir, kubeconfig=sandbox_only.kubeconfig)
+
+        assert result.code == 2, (name, result)
+        assert result.stdout == "", name
+        assert result.stderr.splitlines() == [
+            "error: desired: not a directory: a symbolic link: desired/ must be a directory "
+            "itself, not a link to one (a link further up its path, such as git-sync's "
+            "checkout link, is fine); pass --desired the directory itself"
+        ], name
+        assert "other-tree" not in result.stderr, name
+        assert sandbox_only.sandbox.requests == [], name
+
+
 def _broken_kubeconfig(lab: TestCluster, tmp_path: Path, case: str) -> Path:
     """The lab's kubeconfig (so that a request, if one were sent, would be seen), broken."""
     document: dict[str, Any] = json.loads(lab.kubeconfig.read_text())

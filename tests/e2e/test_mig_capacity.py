@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.support import TestCluster, run_cli
+from tests.conftest import ClusterFactory
+from tests.support import TestCluster, mig_node, run_cli
 
 A100_JOB = """---
 apiVersion: v1
@@ -255,3 +256,149 @@ def test_a_layout_on_a_node_no_gpu_pod_uses_is_written_and_marked(
     assert applied.code == 0, applied.stderr
     assert "lab-node-0 nvidia.com/mig.config all-1g.5gb (rollout)" in applied.lines
     assert lab.labels("lab-node-0")["nvidia.com/mig.config"] == "all-1g.5gb"
+
+
+POOL_LAYOUT = """\
+apiVersion: reconcile.dev/v1alpha1
+kind: NodeGroup
+metadata:
+  name: pa
+selector:
+  matchLabels: {example.com/pool: pa}
+labels:
+  nvidia.com/mig.config: all-1g.5gb
+"""
+SLICES = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: slices
+  namespace: default
+spec:
+  nodeSelector: {example.com/pool: pa}
+  containers:
+  - name: trainer
+    image: nvcr.io/nvidia/pytorch:24.07-py3
+    resources:
+      limits: {nvidia.com/mig-1g.5gb: 28}
+"""
+
+
+def _unlabelled(name: str, gpu: str | None) -> dict[str, object]:
+    """A pool node GFD has not labelled yet: no nvidia.com/gpu.count nor mig.config;
+    `gpu` the nvidia.com/gpu it advertises (None: the device plugin has not either)."""
+    node = mig_node(name, layout=None, gpus=4)
+    labels = node["metadata"]["labels"]
+    del labels["nvidia.com/gpu.count"]
+    labels["example.com/pool"] = "pa"
+    for part in ("capacity", "allocatable"):
+        node["status"][part].pop("nvidia.com/gpu")
+        if gpu is not None:
+            node["status"][part]["nvidia.com/gpu"] = gpu
+    return node
+
+
+def _pool_tree(tmp_path: Path) -> Path:
+    work = tmp_path / "pool"
+    (work / "desired" / "groups").mkdir(parents=True)
+    (work / "desired" / "groups" / "pa.yaml").write_text(POOL_LAYOUT)
+    (work / "desired" / "workloads").mkdir()
+    (work / "desired" / "workloads" / "slices.yaml").write_text(SLICES)
+    return work
+
+
+def test_without_a_gpu_count_label_the_projection_counts_the_advertised_gpus(
+    make_cluster: ClusterFactory, tmp_path: Path
+) -> None:
+    cluster = make_cluster([_unlabelled("pa-09", "4")])
+    work = _pool_tree(tmp_path)
+    whole = SLICES.replace("name: slices", "name: whole-gpu")
+    (work / "desired" / "workloads" / "whole.yaml").write_text(
+        whole.replace("nvidia.com/mig-1g.5gb: 28", "nvidia.com/gpu: 1")
+    )
+
+    plan = run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig)
+
+    assert plan.code == 1, plan.stderr
+    assert "pa-09 nvidia.com/mig.config all-1g.5gb (rollout)" in plan.lines
+    assert "cannot be projected" not in plan.stderr and "mig.config=" not in plan.stderr
+    # The 4 GPUs it advertises, 7 x 1g.5gb each: the pod that wants 28 finds room after
+    # the layout, the one that wants a whole GPU none.
+    [error] = [line for line in plan.stderr.splitlines() if line.startswith("error:")]
+    assert error == (
+        "error: Pod/default/whole-gpu: no node will take it after apply (1/1 placed before): "
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    )
+
+
+def test_a_node_that_does_not_say_how_many_gpus_it_has_is_a_warning_and_still_applied(
+    make_cluster: ClusterFactory, tmp_path: Path
+) -> None:
+    cluster = make_cluster([_unlabelled("pa-09", None)])
+    work = _pool_tree(tmp_path)
+    (work / "desired" / "workloads" / "slices.yaml").unlink()
+
+    plan = run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig)
+
+    assert plan.code == 1, plan.stderr
+    assert plan.lines == ["pa-09 nvidia.com/mig.config all-1g.5gb (rollout)"]
+    [warning] = [line for line in plan.stderr.splitlines() if "pa-09" in line]
+    assert warning.startswith("warning: pa-09: nvidia.com/mig.config=all-1g.5gb: ")
+    assert "capacity after the layout cannot be projected" in warning
+    assert "error:" not in plan.stderr
+    applied = run_cli("apply", cwd=work, kubeconfig=cluster.kubeconfig)
+    assert applied.code == 0, applied.stderr
+    assert applied.lines == ["pa-09 nvidia.com/mig.config all-1g.5gb (rollout)"]
+    assert cluster.labels("pa-09")["nvidia.com/mig.config"] == "all-1g.5gb"
+
+
+def test_an_unknown_gpu_count_still_refuses_a_layout_the_gpu_lacks(
+    make_cluster: ClusterFactory, tmp_path: Path
+) -> None:
+    cluster = make_cluster([_unlabelled("pa-09", None)])
+    work = _pool_tree(tmp_path)
+    group = work / "desired" / "groups" / "pa.yaml"
+    group.write_text(group.read_text().replace("all-1g.5gb", "all-3g.40gb"))  # an 80 GB one
+
+    plan = run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig)
+
+    [error] = [line for line in plan.stderr.splitlines() if line.startswith("error: pa-09")]
+    assert error.startswith("error: pa-09: nvidia.com/mig.config=all-3g.40gb: layout ")
+    assert run_cli("apply", cwd=work, kubeconfig=cluster.kubeconfig).code == 2
+    assert "nvidia.com/mig.config" not in cluster.labels("pa-09")
+
+
+def test_an_unknown_gpu_count_on_a_busy_node_is_still_a_rollout(
+    make_cluster: ClusterFactory, tmp_path: Path
+) -> None:
+    busy = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "busy", "namespace": "default"},
+        "spec": {
+            "nodeName": "pa-09",
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "nvcr.io/nvidia/pytorch:24.07-py3",
+                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                }
+            ],
+        },
+        "status": {"phase": "Running"},
+    }
+    cluster = make_cluster([_unlabelled("pa-09", None), busy])
+    work = _pool_tree(tmp_path)
+    (work / "desired" / "workloads" / "slices.yaml").unlink()
+
+    plan = run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig)
+
+    assert "pa-09 nvidia.com/mig.config all-1g.5gb (rollout)" in plan.lines
+    assert "capacity after the layout cannot be projected" in plan.stderr
+    assert (
+        "error: pa-09: nvidia.com/mig.config=all-1g.5gb on a node where 1 pod(s) use GPUs "
+        "(default/busy)"
+    ) in plan.stderr
+    applied = run_cli("apply", cwd=work, kubeconfig=cluster.kubeconfig)
+    assert applied.code == 2
+    assert "nvidia.com/mig.config" not in cluster.labels("pa-09")

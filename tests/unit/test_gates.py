@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import pytest
 
 from reconcile.desired.reader import load_desired
+from reconcile.diagnostics import ReconcileError
 from reconcile.gpu import gates
 from reconcile.gpu.rollout import Batch
 from reconcile.gpu.upgrade import NodeOps
@@ -24,14 +25,22 @@ BATCH = Batch(2, ("gpu-0", "gpu.1"))
 
 
 class _Prometheus(BaseHTTPRequestHandler):
-    answers: ClassVar[list[dict[str, Any]]] = []
+    # An answer as JSON (200), or (status, JSON), or (301 or 302, Location).
+    answers: ClassVar[list[Any]] = []
     asked: ClassVar[list[str]] = []
 
     def do_GET(self) -> None:
         query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
         self.asked.append(query)
-        body = json.dumps(self.answers.pop(0)).encode()
-        self.send_response(200)
+        answer = self.answers.pop(0)
+        if isinstance(answer, tuple) and answer[0] in (301, 302):
+            self.send_response(answer[0])
+            self.send_header("Location", answer[1])
+            self.end_headers()
+            return
+        code, answer = answer if isinstance(answer, tuple) else (200, answer)
+        body = json.dumps(answer).encode()
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
         self.wfile.write(body)
@@ -88,6 +97,167 @@ def test_a_series_not_zero_a_refused_query_or_no_answer_halts(prometheus: str) -
     halted = nowhere(BATCH)
     assert halted is not None and halted.startswith(
         "gate prom=xid: Prometheus at http://127.0.0.1:9 did not answer:"
+    )
+
+
+def _answer(kind: str, result: Any) -> bytes:
+    return json.dumps(
+        {"status": "success", "data": {"resultType": kind, "result": result}}
+    ).encode()
+
+
+def _gate(*bodies: bytes) -> gates.PromGate:
+    answers = list(bodies)
+    return gates.PromGate("xid", "http://prometheus:9090", fetch=lambda address: answers.pop(0))
+
+
+XID = {"__name__": "DCGM_FI_DEV_XID_ERRORS", "Hostname": "gpu-0"}
+
+
+def test_a_range_query_halts_on_any_value_of_any_series_that_is_not_zero() -> None:
+    gate = _gate(
+        _answer("matrix", [{"metric": XID, "values": [[1, "0"], [2, "7"], [3, "0"]]}]),
+        _answer(
+            "matrix",
+            [
+                {"metric": XID, "values": [[1, "0"], [2, "0"]]},
+                {"metric": {**XID, "Hostname": "gpu-1"}, "values": [[1, "0"]]},
+            ],
+        ),
+        _answer("matrix", []),
+    )
+
+    assert gate(BATCH) == (
+        "gate prom=xid: 1 series not zero after batch 2: "
+        'DCGM_FI_DEV_XID_ERRORS{Hostname="gpu-0"} = 7'
+    )
+    assert gate(BATCH) is None
+    assert gate(BATCH) is None
+
+
+def test_a_scalar_is_judged_by_its_value_and_a_string_halts() -> None:
+    gate = _gate(
+        _answer("scalar", [1, "0"]),
+        _answer("scalar", [1, "2"]),
+        _answer("string", [1, "0"]),
+    )
+
+    assert gate(BATCH) is None
+    assert gate(BATCH) == "gate prom=xid: 1 series not zero after batch 2: scalar = 2"
+    halted = gate(BATCH)
+    assert halted is not None
+    assert halted.startswith(
+        "gate prom=xid: Prometheus at http://prometheus:9090 gave an answer not understood "
+        "(a string, not a number): "
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (_answer("vector", [{"metric": XID, "value": [1, "NaN"]}]), "a value is NaN"),
+        (_answer("matrix", [{"metric": XID, "values": [[1, "0"], [2, "NaN"]]}]), "NaN"),
+        (_answer("vector", [{"metric": XID, "value": [1, "many"]}]), "is not a number"),
+        (_answer("vector", [{"metric": XID, "value": [1, None]}]), "a value is not a number"),
+        (_answer("vector", [{"metric": XID}]), "a series has no value"),
+        (_answer("matrix", [{"metric": XID, "value": [1, "0"]}]), "a series has no values"),
+        (_answer("matrix", [{"metric": XID, "values": [[1]]}]), "not [timestamp, value]"),
+        (_answer("scalar", "0"), "not [timestamp, value]"),
+        (_answer("vector", {"metric": XID}), "data.result is not a list"),
+        (_answer("histogram", []), "resultType 'histogram'"),
+        (json.dumps({"status": "success", "data": {"resultType": "vector"}}).encode(), "result"),
+        (json.dumps({"status": "success"}).encode(), "no data.result"),
+        (json.dumps({"status": "pending", "data": {}}).encode(), "status 'pending'"),
+        (json.dumps(["success"]).encode(), "not a JSON object"),
+    ],
+)
+def test_an_answer_not_understood_halts(body: bytes, why: str) -> None:
+    halted = _gate(body)(BATCH)
+
+    assert halted is not None
+    assert halted.startswith(
+        "gate prom=xid: Prometheus at http://prometheus:9090 gave an answer not understood ("
+    )
+    assert why in halted
+
+
+def test_an_answer_not_json_halts_quoting_a_short_masked_excerpt() -> None:
+    token = "glpat-" + "a1B2c3D4e5" * 8
+    body = (
+        f"<html>proxy login\nAuthorization: Bearer {token}\npassword=hunter2 "
+        + "x" * 10_000
+        + "</html>"
+    ).encode()
+
+    halted = _gate(body, b"")(BATCH)
+
+    assert halted is not None
+    assert halted.startswith(
+        "gate prom=xid: Prometheus at http://prometheus:9090 answered something not JSON: "
+    )
+    assert "\n" not in halted
+    assert token[8:20] not in halted and "hunter2" not in halted
+    assert "Authorization: ***" in halted and "password=***" in halted
+    quoted = halted.split("not JSON: ", 1)[1]
+    assert len(quoted) <= gates.EXCERPT_CHARS + 2  # its quotes
+    assert _gate(b"")(BATCH) == (
+        "gate prom=xid: Prometheus at http://prometheus:9090 answered something not JSON: "
+        "an empty answer"
+    )
+
+
+def test_a_refusal_quotes_prometheus_masked_and_short() -> None:
+    said = "parse error near token=s3cr3tvalue " + "y" * 500
+    body = json.dumps({"status": "error", "errorType": "bad_data", "error": said}).encode()
+
+    halted = _gate(body)(BATCH)
+
+    assert halted is not None
+    assert halted.startswith("gate prom=xid: Prometheus refused the query: parse error near ")
+    assert "s3cr3tvalue" not in halted and "token=***" in halted
+    assert len(halted) < 300
+
+
+def test_the_error_body_of_an_error_status_is_read_for_what_prometheus_said(
+    prometheus: str,
+) -> None:
+    _Prometheus.answers[:] = [
+        (400, {"status": "error", "errorType": "bad_data", "error": "1:5: parse error"})
+    ]
+
+    assert gates.PromGate("xid", prometheus)(BATCH) == (
+        "gate prom=xid: Prometheus refused the query: 1:5: parse error"
+    )
+
+
+def test_a_redirect_to_another_scheme_is_not_followed(prometheus: str) -> None:
+    # urllib refuses file:// itself and follows ftp://; the gate follows neither.
+    _Prometheus.answers[:] = [(302, "ftp://127.0.0.1:9/x"), (301, "file:///etc/passwd")]
+    gate = gates.PromGate("xid", prometheus)
+
+    first, second = gate(BATCH), gate(BATCH)
+
+    assert first is not None and first.endswith("did not answer: redirected to a ftp:// address")
+    assert second is not None and "did not answer: HTTP Error 301" in second
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "ftp://prometheus/", "prometheus:9090", "http://", "gopher://x"]
+)
+def test_a_prometheus_url_other_than_http_or_https_is_refused(url: str) -> None:
+    fetched: list[str] = []
+
+    def fetch(address: str) -> bytes:
+        fetched.append(address)
+        return b""
+
+    with pytest.raises(ReconcileError, match="not an address of Prometheus"):
+        gates.PromGate("xid", url, fetch=fetch)(BATCH)
+    with pytest.raises(ReconcileError, match="give http://HOST"):
+        gates.check_prometheus_url(url)
+    assert not fetched
+    assert gates.check_prometheus_url("HTTPS://prometheus.example/sub") == (
+        "HTTPS://prometheus.example/sub"
     )
 
 

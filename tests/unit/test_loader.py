@@ -570,6 +570,38 @@ def test_links_pipes_and_devices_are_refused_at_line_one_without_being_read(
     assert list(state.nodes) == ["n1"]
 
 
+def test_a_tree_that_is_itself_a_link_is_refused_and_nothing_under_it_read(
+    tree: Path, tmp_path: Path
+) -> None:
+    from reconcile.desired import fleet
+
+    node_file(tree, "n1", 'a.io/x: "1"\n')
+    (tmp_path / "linked").symlink_to(tree, target_is_directory=True)
+
+    detail = (
+        "desired/ must be a directory itself, not a link to one (a link further up its "
+        "path, such as git-sync's checkout link, is fine); pass --desired the directory itself"
+    )
+    state, problems = load_desired(Path("linked"))
+    assert [str(p) for p in problems] == [f"linked: not a directory: a symbolic link: {detail}"]
+    assert state.nodes == {}
+    # A fleet's clusters.yaml behind the link is not read either.
+    (tree / "clusters.yaml").write_text("apiVersion: reconcile.dev/v1alpha1\nkind: Fleet\n")
+    found, state, problems = fleet.load(Path("linked"))
+    assert found is None
+    assert [str(p) for p in problems] == [f"linked: not a directory: a symbolic link: {detail}"]
+
+
+def test_a_link_further_up_the_path_of_the_tree_is_followed(tree: Path, tmp_path: Path) -> None:
+    node_file(tree, "n1", 'a.io/x: "1"\n')
+    (tmp_path / "checkout").symlink_to(tmp_path, target_is_directory=True)  # as git-sync's
+
+    state, problems = load_desired(Path("checkout") / "desired")
+
+    assert problems == []
+    assert list(state.nodes) == ["n1"]
+
+
 @pytest.mark.parametrize(
     "key",
     [

@@ -357,3 +357,45 @@ def test_every_layout_of_the_default_names_profiles_and_device_ids_that_parse(
     made = {name for entries in table.configs.values() for e in entries for name in e.mig_devices}
     for product in table.products.values():
         assert set(product.profiles) <= made, product.label
+
+
+def _uncounted(layout: str) -> dict[str, str]:
+    after = labels("NVIDIA-A100-SXM4-80GB", 8, layout)
+    del after[mig.GPU_COUNT]
+    return after
+
+
+def test_without_a_gpu_count_label_the_advertised_gpus_are_counted(table: MigTable) -> None:
+    from_allocatable = projected(
+        table.projected(
+            _uncounted("all-1g.10gb"),
+            {**NODE, "nvidia.com/gpu": "8"},
+            capacity={**NODE, "nvidia.com/gpu": "2"},
+        )
+    )
+    from_capacity = projected(
+        table.projected(_uncounted("all-1g.10gb"), NODE, capacity={**NODE, "nvidia.com/gpu": "2"})
+    )
+
+    assert from_allocatable.allocatable["nvidia.com/mig-1g.10gb"] == "56"
+    assert from_capacity.allocatable["nvidia.com/mig-1g.10gb"] == "14"
+
+
+@pytest.mark.parametrize(
+    "offered",
+    [
+        NODE,  # no device plugin yet
+        {**NODE, "nvidia.com/gpu": "0"},
+        {**NODE, "nvidia.com/gpu": "4", "nvidia.com/mig-1g.10gb": "28"},  # partitioned
+    ],
+)
+def test_a_node_that_does_not_say_how_many_gpus_it_has_cannot_be_projected(
+    table: MigTable, offered: dict[str, str]
+) -> None:
+    unknown = problem(table.projected(_uncounted("all-1g.10gb"), offered, capacity=offered))
+
+    assert unknown.unknown
+    assert "the number of GPUs is unknown" in unknown.message
+    # A layout the GPU lacks is still refused, not merely unknown.
+    lacking = problem(table.projected(_uncounted("all-1g.5gb"), offered))
+    assert not lacking.unknown

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from reconcile.diagnostics import ReconcileError
-from reconcile.files import UnsafeFile, read_regular, walk, write_inside, write_private
+from reconcile.files import (
+    UnsafeFile,
+    check_root,
+    linked_root,
+    read_regular,
+    walk,
+    write_inside,
+    write_private,
+)
 
 SECRET = "token-that-must-stay-put"
 
@@ -183,3 +191,20 @@ def test_write_errors_are_reconcile_errors(tmp_path: Path) -> None:
 
     with pytest.raises(ReconcileError, match="cannot write"):
         write_private(blocker / "kubeconfig", SECRET)
+
+
+def test_a_root_that_is_itself_a_link_is_refused_a_link_above_it_is_not(
+    root: Path, tmp_path: Path
+) -> None:
+    linked = tmp_path / "linked"
+    linked.symlink_to(root, target_is_directory=True)
+    (tmp_path / "checkout").symlink_to(tmp_path, target_is_directory=True)
+
+    assert not linked_root(root)
+    assert not linked_root(tmp_path / "missing")  # its reader says so in its own words
+    assert not linked_root(tmp_path / "checkout" / "desired")
+    assert linked_root(linked)
+    check_root(root)
+    check_root(tmp_path / "checkout" / "desired")
+    with pytest.raises(UnsafeFile, match=r"linked: not a directory: a symbolic link: desired/"):
+        check_root(linked)

@@ -56,20 +56,26 @@ def describe(mode: int) -> str:
 
 
 # What a tree's root that is a link is told, wherever it is refused.
-ROOT_REFUSED = "not a directory: a symbolic link"
+ROOT_REFUSED = "not a directory: a symbolic link out of the directory it is in"
 ROOT_ALLOWED = (
-    "desired/ must be a directory itself, not a link to one (a link further up its path, "
-    "such as git-sync's checkout link, is fine); pass --desired the directory itself"
+    "desired/ must be a directory, or a link to a directory beside it as git-sync's checkout "
+    "link is (/git/repo -> /git/.worktrees/<hash>); pass --desired the directory itself"
 )
 
 
 def linked_root(root: Path) -> bool:
-    """Whether `root` is itself a symbolic link (to a directory or not). Only `root` is
-    looked at, with lstat: the components above it are followed, as for any path."""
+    """Whether `root` is itself a symbolic link whose target leaves the directory the link
+    is in (a checkout's `desired -> ../../elsewhere`). A link to a directory below it, as
+    git-sync swaps one to each new checkout, is followed; the components above `root`
+    are followed as for any path."""
     try:
-        return stat.S_ISLNK(os.lstat(root).st_mode)
+        if not stat.S_ISLNK(os.lstat(root).st_mode):
+            return False
     except OSError:
         return False
+    parent = os.path.realpath(root.parent)
+    target = os.path.realpath(root)
+    return os.path.commonpath([parent, target]) != parent or target == parent
 
 
 def check_root(root: Path) -> None:

@@ -197,7 +197,7 @@ def test_bad_desired_input_is_exit_2_with_one_error_and_no_request(
     assert not (tmp_path / "written-outside.yaml").exists()
 
 
-def test_a_desired_tree_that_is_itself_a_link_is_refused_before_anything_is_read(
+def test_a_desired_tree_that_links_out_of_the_checkout_is_refused_before_anything_is_read(
     sandbox_only: TestCluster, workdir: Path, tmp_path: Path
 ) -> None:
     assert sandbox_only.sandbox is not None
@@ -215,9 +215,10 @@ def test_a_desired_tree_that_is_itself_a_link_is_refused_before_anything_is_read
         assert result.code == 2, (name, result)
         assert result.stdout == "", name
         assert result.stderr.splitlines() == [
-            "error: desired: not a directory: a symbolic link: desired/ must be a directory "
-            "itself, not a link to one (a link further up its path, such as git-sync's "
-            "checkout link, is fine); pass --desired the directory itself"
+            "error: desired: not a directory: a symbolic link out of the directory it is in: "
+            "desired/ must be a directory, or a link to a directory beside it as git-sync's "
+            "checkout link is (/git/repo -> /git/.worktrees/<hash>); pass --desired the "
+            "directory itself"
         ], name
         assert "other-tree" not in result.stderr, name
         assert sandbox_only.sandbox.requests == [], name

@@ -570,26 +570,42 @@ def test_links_pipes_and_devices_are_refused_at_line_one_without_being_read(
     assert list(state.nodes) == ["n1"]
 
 
-def test_a_tree_that_is_itself_a_link_is_refused_and_nothing_under_it_read(
+def test_a_tree_that_is_a_link_out_of_its_directory_is_refused_and_nothing_under_it_read(
     tree: Path, tmp_path: Path
 ) -> None:
     from reconcile.desired import fleet
 
     node_file(tree, "n1", 'a.io/x: "1"\n')
-    (tmp_path / "linked").symlink_to(tree, target_is_directory=True)
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout" / "linked").symlink_to(tree, target_is_directory=True)
+    linked = Path("checkout") / "linked"
 
     detail = (
-        "desired/ must be a directory itself, not a link to one (a link further up its "
-        "path, such as git-sync's checkout link, is fine); pass --desired the directory itself"
+        "desired/ must be a directory, or a link to a directory beside it as git-sync's "
+        "checkout link is (/git/repo -> /git/.worktrees/<hash>); pass --desired the directory "
+        "itself"
     )
-    state, problems = load_desired(Path("linked"))
-    assert [str(p) for p in problems] == [f"linked: not a directory: a symbolic link: {detail}"]
+    refused = f"{linked}: not a directory: a symbolic link out of the directory it is in"
+    state, problems = load_desired(linked)
+    assert [str(p) for p in problems] == [f"{refused}: {detail}"]
     assert state.nodes == {}
     # A fleet's clusters.yaml behind the link is not read either.
     (tree / "clusters.yaml").write_text("apiVersion: reconcile.dev/v1alpha1\nkind: Fleet\n")
-    found, state, problems = fleet.load(Path("linked"))
+    found, state, problems = fleet.load(linked)
     assert found is None
-    assert [str(p) for p in problems] == [f"linked: not a directory: a symbolic link: {detail}"]
+    assert [str(p) for p in problems] == [f"{refused}: {detail}"]
+
+
+def test_a_tree_that_is_a_link_beside_it_is_followed_as_git_syncs(
+    tree: Path, tmp_path: Path
+) -> None:
+    node_file(tree, "n1", 'a.io/x: "1"\n')
+    (tmp_path / "repo").symlink_to(tree, target_is_directory=True)  # /git/repo -> /git/<hash>
+
+    state, problems = load_desired(Path("repo"))
+
+    assert problems == []
+    assert list(state.nodes) == ["n1"]
 
 
 def test_a_link_further_up_the_path_of_the_tree_is_followed(tree: Path, tmp_path: Path) -> None:

@@ -193,18 +193,25 @@ def test_write_errors_are_reconcile_errors(tmp_path: Path) -> None:
         write_private(blocker / "kubeconfig", SECRET)
 
 
-def test_a_root_that_is_itself_a_link_is_refused_a_link_above_it_is_not(
+def test_a_root_that_links_out_of_its_directory_is_refused_a_link_beside_or_above_is_not(
     root: Path, tmp_path: Path
 ) -> None:
-    linked = tmp_path / "linked"
-    linked.symlink_to(root, target_is_directory=True)
-    (tmp_path / "checkout").symlink_to(tmp_path, target_is_directory=True)
+    (tmp_path / "checkout").mkdir()
+    escaping = tmp_path / "checkout" / "desired"
+    escaping.symlink_to(root, target_is_directory=True)
+    (tmp_path / "up").symlink_to(tmp_path, target_is_directory=True)
+    beside = tmp_path / "repo"
+    beside.symlink_to(root, target_is_directory=True)
+    itself = tmp_path / "checkout" / "self"
+    itself.symlink_to(tmp_path / "checkout", target_is_directory=True)
 
     assert not linked_root(root)
     assert not linked_root(tmp_path / "missing")  # its reader says so in its own words
-    assert not linked_root(tmp_path / "checkout" / "desired")
-    assert linked_root(linked)
+    assert not linked_root(tmp_path / "up" / "desired")
+    assert not linked_root(beside)
+    assert linked_root(escaping)
+    assert linked_root(itself)  # the whole checkout, .git and all, is no tree
     check_root(root)
-    check_root(tmp_path / "checkout" / "desired")
-    with pytest.raises(UnsafeFile, match=r"linked: not a directory: a symbolic link: desired/"):
-        check_root(linked)
+    check_root(beside)
+    with pytest.raises(UnsafeFile, match=r"desired: not a directory: a symbolic link out of"):
+        check_root(escaping)

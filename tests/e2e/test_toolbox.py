@@ -434,7 +434,15 @@ def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) 
         "      containers: [{name: diag, image: dcgm:4}]\n"
     )
     gated = checked.run(
-        lab, work, "rollout", "--gate", "job=gates/diag.yaml", "--gate-timeout", "1s"
+        lab,
+        work,
+        "rollout",
+        "--gate",
+        "job=gates/diag.yaml",
+        "--gate-timeout",
+        "1s",
+        "--lease-duration",
+        "1s",  # renewed three times a second while the gate waits its second out
     )
     assert gated.code == 2 and "halted: gate job=" in gated.stderr, gated.stderr
     assert checked.run(lab, work, "rollout", "status").code == 0

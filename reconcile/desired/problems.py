@@ -3,8 +3,10 @@ validation errors, and the API server's field paths, placed where they are writt
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -12,7 +14,8 @@ from pydantic import BaseModel, ValidationError
 from reconcile import diagnostics as diag
 from reconcile.desired.yamlpos import SCALAR_TAG_NAMES, PathT, YamlDocument
 from reconcile.diagnostics import Diagnostic
-from reconcile.kube import labels
+from reconcile.kube import labels, sensitive
+from reconcile.kube.shapes import Mistyped
 
 
 def model_problems(
@@ -56,6 +59,82 @@ def model_problems(
         else:
             found.append(diag.error(f"{shown}: {item['msg']}", doc.at(loc)))
     return found
+
+
+def type_problem(
+    shown: str,
+    allowed: str,
+    value: Any,
+    doc: YamlDocument,
+    loc: PathT,
+    *,
+    hidden: bool = False,
+) -> Diagnostic:
+    """`shown` (the field at `loc`) holds `value`, of a type other than `allowed`: said at
+    the value, with how YAML read it when it was written as a plain scalar; `hidden`
+    (a Secret's value) never quotes it."""
+    if hidden:
+        kind = _what(value).partition(" (")[0]
+        return diag.error(f"{shown}: must be {allowed}, not {kind}", doc.at(loc))
+    if loc in doc.scalars:
+        tag, text = doc.scalars[loc]
+        written = labels.shown(text, quote=False)
+        quote = allowed.startswith("a string") or "or a string" in allowed
+        read = _read_as(value)
+        return diag.error(
+            f"{shown}: must be {allowed}, but YAML reads {written} as "
+            f"{SCALAR_TAG_NAMES[tag]}" + (f" ({read})" if read != text else ""),
+            doc.at(loc),
+            f'quote it to keep it exactly as written: "{written}"' if quote else "",
+        )
+    return diag.error(f"{shown}: must be {allowed}, not {_what(value)}", doc.at(loc))
+
+
+def mistyped_problems(found: Iterable[Mistyped], doc: YamlDocument) -> list[Diagnostic]:
+    """Each value of a Kubernetes object whose type its field does not allow
+    (kube/shapes.py), as a diagnostic at the value."""
+    secret = isinstance(doc.data, dict) and doc.data.get("kind") == "Secret"
+    return [
+        type_problem(
+            labels.shown(item.field, labels.SHOWN_NAME, quote=False),
+            item.allowed,
+            item.value,
+            doc,
+            item.path,
+            hidden=secret and sensitive.is_sensitive_path(item.path),
+        )
+        for item in found
+    ]
+
+
+def _read_as(value: Any) -> str:
+    """A value YAML read, as Python shows it (a date as written)."""
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    return labels.shown(repr(value), quote=False)
+
+
+def _what(value: Any) -> str:
+    """What a YAML value is, for "must be a string, not a list"."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({labels.shown(str(value), quote=False)})"
+    if isinstance(value, float):
+        return f"a number ({labels.shown(repr(value), quote=False)})"
+    if isinstance(value, datetime.date):
+        return f"a date ({value.isoformat()})"
+    if isinstance(value, bytes):
+        return "binary data (!!binary)"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, str):
+        return f"a string ({labels.shown(value)})"
+    return type(value).__name__
 
 
 def _fields_at(model: type[BaseModel], loc: PathT) -> list[str]:

@@ -52,11 +52,11 @@ from reconcile.desired.models import (
     Taint,
     taint_facts,
 )
-from reconcile.desired.problems import field_path, model_problems
+from reconcile.desired.problems import field_path, mistyped_problems, model_problems, type_problem
 from reconcile.desired.reserved import inventories_size
 from reconcile.desired.yamlpos import YamlDocument, not_utf8, parse_yaml
 from reconcile.diagnostics import Diagnostic, Source
-from reconcile.kube import labels
+from reconcile.kube import labels, shapes
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.kinds import BUILTIN_NAMESPACED, ObjectId
 from reconcile.kube.selector import SelectorError, from_label_selector
@@ -500,6 +500,8 @@ class _Loader:
                 }.get(expected_kind, "drivers")
                 if kind is None:
                     summary = "missing required field 'kind'"
+                elif not isinstance(kind, str):
+                    summary = type_problem("kind", "a string", kind, doc, ("kind",)).summary
                 elif kind in KINDS:
                     summary = f"kind {kind} does not belong in desired/{area}/"
                 else:
@@ -850,6 +852,10 @@ class _Loader:
                     )
                 )
                 continue
+            mistyped = shapes.mistyped(body)
+            if mistyped:
+                self.problems.extend(mistyped_problems(mistyped, doc))
+                continue
             pinned = (((body.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
                 "nodeName"
             )
@@ -893,6 +899,11 @@ class _Loader:
             return
         if (body.get("apiVersion"), body.get("kind")) == ("v1", "Node"):
             self.problems.append(_node_manifest(doc))
+            return
+        # Before any rule reads a field: whatever the rules and the engine read has its type.
+        mistyped = shapes.mistyped(body)
+        if mistyped:
+            self.problems.extend(mistyped_problems(mistyped, doc))
             return
         missing = [
             name
@@ -951,11 +962,21 @@ class _Loader:
                 )
             )
         group = manifest.api_version.rpartition("/")[0]
-        for problem in apivalidation.validate_object(
-            group, manifest.kind, manifest.body, namespaced=bool(namespaced)
-        ):
-            if problem.field == "metadata.namespace":
-                continue  # reported above, with the table's knowledge
+        problems = [
+            problem
+            for problem in apivalidation.validate_object(
+                group, manifest.kind, manifest.body, namespaced=bool(namespaced)
+            )
+            if problem.field != "metadata.namespace"  # reported above, with the table's knowledge
+        ]
+        if namespaced is None and manifest.namespace:
+            # A kind the table does not know: its namespace, if any, is still a namespace's
+            # name, which goes into the request's path.
+            problems += [
+                apivalidation.invalid("metadata.namespace", manifest.namespace, message)
+                for message in labels.is_dns1123_label(manifest.namespace)
+            ]
+        for problem in problems:
             found.append(
                 diag.error(
                     f"{labels.shown(manifest.kind, labels.SHOWN_NAME, quote=False)} "

@@ -51,6 +51,17 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# rollout and upgrade: the Lease each run holds (gpu/lock.py).
+LEASE_DURATION = click.option(
+    "--lease-duration",
+    default="30s",
+    show_default=True,
+    callback=duration,
+    metavar="DURATION",
+    help="How long the run's Lease (one rollout at a time on a node) outlives its last "
+    "renewal: after a crash, how long until a rerun may take its nodes over.",
+)
+
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @common_options
@@ -290,15 +301,7 @@ def _pacing_options(command: F) -> F:
     help="Update the driver labels in desired/ (the node files or the group that declares "
     "them; comments and order kept).",
 )
-@click.option(
-    "--lease-duration",
-    default="30s",
-    show_default=True,
-    callback=duration,
-    metavar="DURATION",
-    help="How long the run's Lease (one rollout at a time on a node) outlives its last "
-    "renewal: after a crash, how long until a rerun may take its nodes over.",
-)
+@LEASE_DURATION
 @click.option("--cluster", metavar="NAME", help="In a fleet: the cluster the nodes are in.")
 def upgrade(
     session: Session,
@@ -398,15 +401,7 @@ def upgrade(
     "--ignore-daemonsets", is_flag=True, help="Leave DaemonSet pods that use GPUs in place."
 )
 @click.option("--force", is_flag=True, help="Also evict GPU pods that no controller recreates.")
-@click.option(
-    "--lease-duration",
-    default="30s",
-    show_default=True,
-    callback=duration,
-    metavar="DURATION",
-    help="How long the run's Lease (one rollout at a time on a node) outlives its last "
-    "renewal: after a crash, how long until a rerun may take its nodes over.",
-)
+@LEASE_DURATION
 @click.option(
     "--cluster",
     metavar="NAME",

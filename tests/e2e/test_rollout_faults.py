@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,8 @@ import pytest
 
 from reconcile.gpu import journal
 from tests.conftest import ClusterFactory
-from tests.e2e.test_fact_rollout import LAYOUT, STATE, _objects, _patch, _phase
+from tests.e2e import test_fact_rollout
+from tests.e2e.test_fact_rollout import STATE, _objects, _patch, _phase
 from tests.support import REAL_KUBECONFIG, TestCluster, wait_for
 
 pytestmark = [
@@ -37,6 +38,7 @@ pytestmark = [
 POOL = ("gpu-0", "gpu-1")
 HOLD = "mig-manager.stand-in/hold"
 FINALIZER = "reconcile.test/hold"
+work = test_fact_rollout.work  # the MIG pool's desired/ (a fixture)
 
 
 @dataclass
@@ -151,13 +153,6 @@ def pool(make_cluster: ClusterFactory) -> TestCluster:
     return cluster
 
 
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    (tmp_path / "desired" / "groups").mkdir(parents=True)
-    (tmp_path / "desired" / "groups" / "a100-mig.yaml").write_text(LAYOUT)
-    return tmp_path
-
-
 def _start(cluster: TestCluster, work: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
@@ -249,22 +244,36 @@ def test_the_api_server_restarted_mid_drain(pool: TestCluster, work: Path) -> No
         assert not _cordoned(node)
 
 
-def test_a_node_deleted_mid_batch(pool: TestCluster, work: Path) -> None:
-    _annotate(pool, "gpu-0", {HOLD: "true"})
-    watch = NodeWatch(pool, limit=1)
+def _fault_at_the_wait(
+    cluster: TestCluster, work: Path, fault: Callable[[subprocess.Popen[str]], None]
+) -> tuple[NodeWatch, int, str]:
+    """A rollout of the pool, watched, with `fault` done once gpu-0 waits for its layout
+    (held there by the stand-in): the watch, the run's exit code and its stderr."""
+    _annotate(cluster, "gpu-0", {HOLD: "true"})
+    watch = NodeWatch(cluster, limit=1)
     with watch.watching():
-        process = _start(pool, work)
+        process = _start(cluster, work)
         try:
-            wait_for(lambda: _phase(pool.node("gpu-0")) == "wait-required", what="gpu-0 waiting")
-            status, body = pool.raw("DELETE", "/api/v1/nodes/gpu-1")
-            assert status == 200, body
-            _annotate(pool, "gpu-0", {HOLD: None})
+            wait_for(lambda: _phase(cluster.node("gpu-0")) == "wait-required", what="gpu-0 waiting")
+            fault(process)
             _out, err = process.communicate(timeout=120)
         finally:
             process.kill()
-    assert process.returncode == 2, err
+    return watch, process.returncode, err
+
+
+def test_a_node_deleted_mid_batch(pool: TestCluster, work: Path) -> None:
+    def delete_gpu1(_: subprocess.Popen[str]) -> None:
+        status, body = pool.raw("DELETE", "/api/v1/nodes/gpu-1")
+        assert status == 200, body
+        _annotate(pool, "gpu-0", {HOLD: None})
+
+    watch, code, err = _fault_at_the_wait(pool, work, delete_gpu1)
+
+    assert code == 2, err
     [error] = [line for line in err.splitlines() if line.startswith("error:")]
-    assert "gpu-1" in error
+    assert 'gpu-1 failed: nodes "gpu-1" not found' in error
+    assert "done: gpu-0" in error
     assert watch.violations == []
     assert watch.left_cordoned_without_journal() == []
     gpu0 = pool.node("gpu-0")
@@ -273,18 +282,13 @@ def test_a_node_deleted_mid_batch(pool: TestCluster, work: Path) -> None:
 
 
 def test_a_node_not_ready_mid_batch(pool: TestCluster, work: Path) -> None:
-    _annotate(pool, "gpu-0", {HOLD: "true"})
-    watch = NodeWatch(pool, limit=1)
-    with watch.watching():
-        process = _start(pool, work)
-        try:
-            wait_for(lambda: _phase(pool.node("gpu-0")) == "wait-required", what="gpu-0 waiting")
-            _annotate(pool, "gpu-1", {"reconcile.test/kubelet": "none"})
-            _not_ready(pool, "gpu-1")
-            _annotate(pool, "gpu-0", {HOLD: None})
-            _out, err = process.communicate(timeout=120)
-        finally:
-            process.kill()
+    def gpu1_not_ready(_: subprocess.Popen[str]) -> None:
+        _annotate(pool, "gpu-1", {"reconcile.test/kubelet": "none"})
+        _not_ready(pool, "gpu-1")
+        _annotate(pool, "gpu-0", {HOLD: None})
+
+    watch, code, err = _fault_at_the_wait(pool, work, gpu1_not_ready)
+
     assert watch.violations == []
     assert watch.left_cordoned_without_journal() == []
     gpu0 = pool.node("gpu-0")
@@ -292,7 +296,7 @@ def test_a_node_not_ready_mid_batch(pool: TestCluster, work: Path) -> None:
     assert not _cordoned(gpu0)
     # A node already unavailable does not add to the count: it is taken as it is (as
     # `kubectl drain` drains a NotReady node), its layout written like any other's.
-    assert process.returncode == 0, err
+    assert code == 0, err
     assert pool.node("gpu-1")["metadata"]["labels"][STATE] == "success"
 
 
@@ -320,28 +324,24 @@ def _not_ready(cluster: TestCluster, node: str) -> None:
 def test_sigterm_finishes_the_step_and_leaves_the_journal_consistent(
     pool: TestCluster, work: Path
 ) -> None:
-    _annotate(pool, "gpu-0", {HOLD: "true"})
-    watch = NodeWatch(pool, limit=1)
-    with watch.watching():
-        process = _start(pool, work)
-        try:
-            wait_for(lambda: _phase(pool.node("gpu-0")) == "wait-required", what="gpu-0 waiting")
-            process.send_signal(signal.SIGTERM)
-            _out, err = process.communicate(timeout=60)
-        finally:
-            process.kill()
-        assert process.returncode == 143, err
-        node = pool.node("gpu-0")
-        assert _cordoned(node)
-        assert _phase(node) == "wait-required"
-        assert journal.JOURNAL not in (pool.node("gpu-1")["metadata"].get("annotations") or {})
-        assert watch.left_cordoned_without_journal() == []
+    watch, code, err = _fault_at_the_wait(pool, work, lambda p: p.send_signal(signal.SIGTERM))
 
-        _annotate(pool, "gpu-0", {HOLD: None})
-        rerun = _start(pool, work)
-        _out, err = rerun.communicate(timeout=120)
-        assert rerun.returncode == 0, err
+    assert code == 143, err
+    assert "gpu-0 stopped at wait-required by a signal" in err
+    node = pool.node("gpu-0")
+    assert _cordoned(node)
+    assert _phase(node) == "wait-required"
+    assert journal.JOURNAL not in (pool.node("gpu-1")["metadata"].get("annotations") or {})
     assert watch.violations == []
     assert watch.left_cordoned_without_journal() == []
+
+    _annotate(pool, "gpu-0", {HOLD: None})
+    again = NodeWatch(pool, limit=1)
+    with again.watching():
+        rerun = _start(pool, work)
+        _out, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err
+    assert again.violations == []
+    assert again.left_cordoned_without_journal() == []
     for name in POOL:
         assert pool.node(name)["metadata"]["labels"][STATE] == "success"

@@ -21,15 +21,8 @@ import pytest
 from reconcile.gpu import journal
 from reconcile.gpu.lock import LABEL, NAMESPACE, NODES, PREFIX
 from tests.conftest import ClusterFactory
-from tests.e2e.test_fact_rollout import (
-    LAYOUT,
-    STATE,
-    _objects,
-    _patch,
-    _phase,
-    _replace_on_the_sandbox,
-    _rollout,
-)
+from tests.e2e import test_fact_rollout
+from tests.e2e.test_fact_rollout import STATE, _patch, _phase, _replace_on_the_sandbox, _rollout
 from tests.e2e.test_prune_guards import snapshot
 from tests.support import REPO, TestCluster, lab_objects, run_cli, wait_for
 
@@ -38,18 +31,9 @@ pytestmark = pytest.mark.usefixtures("prompt_polls")
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
 TARGET = {"nvidia.com/mig.config": "all-1g.5gb"}
 HOLD = "mig-manager.stand-in/hold"
-
-
-@pytest.fixture
-def pool(make_cluster: ClusterFactory) -> TestCluster:
-    return make_cluster(_objects())
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    (tmp_path / "desired" / "groups").mkdir(parents=True)
-    (tmp_path / "desired" / "groups" / "a100-mig.yaml").write_text(LAYOUT)
-    return tmp_path
+# The MIG pool of test_fact_rollout and its desired/ (fixtures).
+pool = test_fact_rollout.pool
+work = test_fact_rollout.work
 
 
 def _annotate(cluster: TestCluster, node: str, annotations: dict[str, str | None]) -> None:

@@ -222,11 +222,36 @@ def check_node_name(node: str) -> None:
         raise ReconcileError(problem)
 
 
-class _Main(click.Group):
+class Suggesting(click.Group):
+    """A group that answers an unknown command with the commands it may have meant
+    (`reconcile aply`: did you mean 'apply'?), as click answers an unknown option."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError:
+            import difflib
+
+            name = args[0] if args else ""
+            close = difflib.get_close_matches(name, self.list_commands(ctx), n=3, cutoff=0.6)
+            if not close:
+                raise
+            meant = " or ".join(repr(c) for c in close)
+            raise click.UsageError(
+                f"No such command {name!r}. Did you mean {meant}?", ctx
+            ) from None
+
+
+class _Main(Suggesting):
     """The command group, with the last-resort handler: a bug is still exit 2 and one
     `error:` line (never exit 1, which a pipeline reads as "drift"); the traceback
     only with -v. Commands are loaded as they are asked for (click's lazy-loading
     pattern): each module registers its commands on `main` when imported."""
+
+    # Its groups (`rollout`, `drivers`) suggest too.
+    group_class = Suggesting
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *COMMANDS})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 
@@ -146,6 +146,21 @@ def plan(
     return EXIT_DRIFT if planned.needs_attention else EXIT_OK
 
 
+DRY_RUN: Final = (
+    "apply has no --dry-run: `reconcile plan` is its dry run (the same options; every change "
+    "apply would make, each object checked by the API server's dry run, nothing changed). To "
+    "apply exactly what was reviewed: `reconcile plan --out plan.json`, then `reconcile apply "
+    "plan.json`"
+)
+
+
+def _no_dry_run(value: str | None) -> None:
+    """kubectl's `--dry-run[=client|server]` on apply: refused, naming the dry run there is
+    (`--dry-run=none`, kubectl's real apply, is apply itself)."""
+    if value is not None and value != "none":
+        raise diag.ReconcileError(DRY_RUN)
+
+
 @main.command()
 @common_options
 @outputs(*DRIFT_FORMATS)
@@ -161,6 +176,16 @@ def plan(
 @parallel_option
 @_object_options
 @cluster_option
+@click.option(
+    "--dry-run",
+    is_flag=False,
+    flag_value="client",
+    default=None,
+    hidden=True,
+    expose_value=False,
+    callback=lambda _ctx, _param, value: _no_dry_run(value),
+    help="kubectl's flag: `reconcile plan` is apply's dry run.",
+)
 def apply(
     session: Session,
     output: Format,

@@ -152,6 +152,7 @@ class SandboxApi:
             manager=manager,
             dry_run=dry_run,
             force=False,
+            subresource="scale",
         )
         return _scale(obj)
 
@@ -574,7 +575,7 @@ class SandboxApi:
         ):
             return old  # nothing changed: no write, same resourceVersion
         if not applied:
-            fields.record_update(old, new, manager, resource.group_version)
+            fields.record_update(old, new, manager, resource.group_version, subresource)
         if resource.generation and _spec_of(new) != _spec_of(old):
             metadata["generation"] = int(old["metadata"].get("generation", 1)) + 1
         if dry_run:

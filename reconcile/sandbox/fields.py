@@ -185,21 +185,34 @@ def store_entries(obj: dict[str, Any], entries: list[Entry]) -> None:
     obj.setdefault("metadata", {})["managedFields"] = [e.to_json() for e in kept]
 
 
-def _entry(entries: list[Entry], manager: str, operation: str, api_version: str) -> Entry:
+def _entry(
+    entries: list[Entry], manager: str, operation: str, api_version: str, subresource: str = ""
+) -> Entry:
+    """The entry of (manager, operation, subresource), as the API server keys them: one
+    manager writing through `scale` and through the object has two."""
     for entry in entries:
-        if entry.manager == manager and entry.operation == operation and not entry.subresource:
+        if (entry.manager, entry.operation, entry.subresource) == (
+            manager,
+            operation,
+            subresource,
+        ):
             entry.api_version = api_version
             entry.time = now()
             return entry
-    entry = Entry(manager, operation, api_version, now(), set())
+    entry = Entry(manager, operation, api_version, now(), set(), subresource)
     entries.append(entry)
     return entry
 
 
 def record_update(
-    old: dict[str, Any] | None, new: dict[str, Any], manager: str, api_version: str
+    old: dict[str, Any] | None,
+    new: dict[str, Any],
+    manager: str,
+    api_version: str,
+    subresource: str = "",
 ) -> None:
-    """Give `manager` (operation Update) every field whose value the write changed."""
+    """Give `manager` (operation Update, through `subresource` when one: `status`, `scale`)
+    every field whose value the write changed."""
     entries = entries_of(old) if old is not None else []
     before = leaf_values(old) if old is not None else {}
     after = leaf_values(new)
@@ -209,7 +222,7 @@ def record_update(
         entry.fields -= gone
         entry.fields -= changed
     if changed:
-        _entry(entries, manager, "Update", api_version).fields |= changed
+        _entry(entries, manager, "Update", api_version, subresource).fields |= changed
     store_entries(new, entries)
 
 

@@ -206,3 +206,48 @@ def test_a_field_a_controller_owns_is_still_refused_without_force_conflicts(
     forced = run_cli("apply", "--force-conflicts", cwd=workdir, kubeconfig=applied.kubeconfig)
     assert forced.code == 0, forced.stderr
     assert _settings(applied)["data"] == {"mode": "single", "level": "1"}
+
+
+SCALED = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: scaled
+  namespace: drift
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: scaled}
+  template:
+    metadata:
+      labels: {app: scaled}
+    spec:
+      containers:
+      - name: pause
+        image: registry.k8s.io/pause:3.10
+"""
+SCALED_ID = "Deployment/drift/scaled"
+
+
+def test_kubectl_scale_is_taken_back_without_force_conflicts(
+    applied: TestCluster, workdir: Path
+) -> None:
+    """`kubectl scale` writes `replicas` through the scale subresource, as the manager
+    `kubectl` (the server names it `"kubectl" with subresource "scale"`): a person's edit,
+    taken back by apply like any other."""
+    (workdir / "desired" / "workloads" / "scaled.yaml").write_text(SCALED)
+    first = run_cli("apply", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert first.code == 0, first.stderr
+    kubectl(applied, "scale", "deployment", "scaled", "-n", "drift", "--replicas=1")
+
+    wide = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert wide.code == 1, wide.stderr
+    assert wide.lines == [f"{SCALED_ID} spec.replicas 2 1 kubectl"]
+    assert f"{SCALED_ID}: apply takes back what kubectl changed" in wide.stderr
+    assert "error" not in wide.stderr
+
+    apply = run_cli("apply", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert (apply.code, apply.lines) == (0, [f"{SCALED_ID} spec.replicas 2"]), apply.stderr
+    status, body = applied.raw("GET", "/apis/apps/v1/namespaces/drift/deployments/scaled")
+    assert status == 200 and body["spec"]["replicas"] == 2
+    assert run_cli("plan", cwd=workdir, kubeconfig=applied.kubeconfig).code == 0

@@ -379,18 +379,26 @@ def _plan_create(
     planning.objects.append(_object_plan(target, ObjectAction.CREATE))
 
 
-# The field managers kubectl writes as when a person changes an object by hand (edit,
-# patch, client-side apply, label, annotate), and the one the API server gives fields set
-# before any server-side apply. A field one of them owns is drift a person made: apply
-# takes it back without --force-conflicts. Any other manager is a controller (an HPA
-# owning `replicas`): taking its field needs --force-conflicts.
+# The field managers kubectl writes as when a person changes an object by hand, with or
+# without a subresource (`"kubectl" with subresource "scale"`: `kubectl scale`, and any
+# command that names no manager of its own, is `kubectl`, the user agent's name), and the
+# one the API server gives fields set before any server-side apply. A field one of them
+# owns is drift a person made: apply takes it back without --force-conflicts. Any other
+# manager is a controller (an HPA owning `replicas`): taking its field needs
+# --force-conflicts. (kubectl's managers: staging/src/k8s.io/kubectl/pkg/cmd/*, each
+# command's `FieldManager` default.)
 PEOPLE: Final = frozenset(
     {
-        "kubectl-edit",
-        "kubectl-patch",
-        "kubectl-client-side-apply",
-        "kubectl-label",
+        "kubectl",
         "kubectl-annotate",
+        "kubectl-client-side-apply",
+        "kubectl-create",
+        "kubectl-edit",
+        "kubectl-label",
+        "kubectl-patch",
+        "kubectl-replace",
+        "kubectl-rollout",
+        "kubectl-set",
         "before-first-apply",
     }
 )

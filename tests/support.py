@@ -425,6 +425,12 @@ class TestCluster:
         self.api_client.close()
 
 
+def without_prunes(lines: list[str]) -> list[str]:
+    """A plan's lines but what only --prune removes (`... - (--prune)`): the objects the
+    lab seed's inventory says reconcile applied, when a tree does not declare them."""
+    return [line for line in lines if not line.endswith(" (--prune)")]
+
+
 def wait_for(condition: Any, *, what: str, timeout: float = 60.0) -> None:
     """Poll `condition` until it holds (bounded, never a fixed sleep)."""
     deadline = time.monotonic() + timeout

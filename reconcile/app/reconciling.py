@@ -86,6 +86,10 @@ class FleetPlanned:
     def needs_attention(self) -> bool:
         return any(o.value.needs_attention for o in self.outcomes if o.value is not None)
 
+    @property
+    def has_errors(self) -> bool:
+        return any(o.value.has_errors for o in self.outcomes if o.value is not None)
+
 
 def plan_all(
     session: Session,

@@ -17,7 +17,7 @@ import click
 
 from reconcile.app.session import Session, Target
 from reconcile.cli.app import stderr
-from reconcile.cli.output import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, name_first
+from reconcile.cli.output import EXIT_ERROR, EXIT_OK, name_first, plan_exit
 from reconcile.diagnostics import ReconcileError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -74,7 +74,7 @@ def show_plans(
         else:
             save_plan(planned.saved, out_file, key)
     fail_clusters(failed, len(planned.outcomes))
-    return EXIT_DRIFT if planned.needs_attention else EXIT_OK
+    return plan_exit(planned.has_errors, planned.needs_attention)
 
 
 # --- apply ----------------------------------------------------------------------------------

@@ -49,6 +49,21 @@ class Format(enum.StrEnum):
 # --- lines on stdout -------------------------------------------------------------------------
 
 
+def plan_exit(errors: bool, attention: bool) -> int:
+    """A plan's exit code: 2 when it has an error finding (an `error:` line: apply would
+    refuse, or the change must not merge as it is), 1 when the cluster is out of sync
+    with git (drift, what only --prune removes, a warning), else 0."""
+    if errors:
+        return EXIT_ERROR
+    return EXIT_DRIFT if attention else EXIT_OK
+
+
+def prune_line(subject: str, key: str | None = None) -> str:
+    """What only `--prune` removes, on its line: `<node> <key> - (--prune)` for a fact,
+    `<object> - (--prune)` for an object."""
+    return f"{subject} {key} - (--prune)" if key is not None else f"{subject} - (--prune)"
+
+
 def node_line(
     node: str, change: NodeChange, *, show_owner: bool = False, wide: bool = False
 ) -> str:

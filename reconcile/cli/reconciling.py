@@ -22,7 +22,7 @@ from reconcile.cli.app import (
     progress_bar,
 )
 from reconcile.cli.fleets import cluster_option
-from reconcile.cli.output import EXIT_DRIFT, EXIT_ERROR, EXIT_OK, Format
+from reconcile.cli.output import EXIT_ERROR, EXIT_OK, Format, plan_exit
 
 if TYPE_CHECKING:
     from reconcile.engine.operations import PlanRequest
@@ -143,7 +143,7 @@ def plan(
     if out_file is not None:
         reconciling.save_plan(planned, out_file, key)
     view.plan(planned, show_owner=show_owner)
-    return EXIT_DRIFT if planned.needs_attention else EXIT_OK
+    return plan_exit(planned.has_errors, planned.needs_attention)
 
 
 DRY_RUN: Final = (

@@ -35,6 +35,7 @@ from reconcile.cli.output import (
     node_line,
     object_lines,
     placement_line,
+    prune_line,
     severity_prefix,
 )
 from reconcile.diagnostics import Diagnostic, Severity
@@ -239,6 +240,9 @@ class TextView(View):
             out.write(node_line(node, change, show_owner=show_owner, wide=self.wide) + "\n")
         for obj in plan.objects:
             out.writelines(line + "\n" for line in object_lines(obj, wide=self.wide))
+        # Out of sync too, though plain apply leaves them: each says that --prune removes it.
+        out.writelines(prune_line(p.node, p.key) + "\n" for p in plan.prunable)
+        out.writelines(prune_line(o) + "\n" for o in plan.prunableObjects)
         for missing in plan.missingNodes:
             err.write(_missing_note(missing) + "\n")
         _absent_notes(plan.absentNodes)

@@ -271,8 +271,18 @@ class Plan(_PlanContent, PlanOptions, _PlanOrigin):
 
     @property
     def needs_attention(self) -> bool:
-        """Drift or findings other than notes: what makes `plan` exit 1."""
-        return self.has_drift or any(not f.is_note for f in self.findings)
+        """Drift (what only --prune removes too: the cluster is out of sync with git) or
+        findings other than notes: what makes `plan` exit 1."""
+        return (
+            self.has_drift
+            or bool(self.prunable or self.prunableObjects)
+            or any(not f.is_note for f in self.findings)
+        )
+
+    @property
+    def has_errors(self) -> bool:
+        """An error finding (an `error:` line, what makes `apply` refuse): `plan` exits 2."""
+        return any(f.is_error for f in self.findings)
 
     def lines(self) -> Iterator[tuple[str, NodeChange]]:
         """(node, change) pairs sorted by node then key, as the drift lines print them."""

@@ -72,7 +72,7 @@ def test_a_no_execute_taint_over_running_pods_is_an_error_finding_naming_them(
     _taint_node_1(workdir)
 
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert plan.code == 1
+    assert plan.code == 2
     assert f"lab-node-1 {TAINT} ml" in plan.lines
     assert f"error: {FINDING}" in plan.stderr.splitlines()
 
@@ -90,7 +90,7 @@ def test_a_no_execute_taint_over_running_pods_is_an_error_finding_naming_them(
     assert document["allowEvictions"] is False
 
     markdown = run_cli("plan", "-o", "markdown", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert markdown.code == 1
+    assert markdown.code == 2
     assert ["error", "lab-node-1", FINDING.removeprefix("lab-node-1: ")] in markdown_table_rows(
         markdown.stdout
     )
@@ -119,7 +119,7 @@ def test_allow_evictions_makes_it_a_warning_and_apply_writes_the_taint(
     _taint_node_1(workdir)
 
     plan = run_cli("plan", "--allow-evictions", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert plan.code == 1  # drift
+    assert plan.code == 2  # the placement errors the taint makes remain
     warning = FINDING.removesuffix("; --allow-evictions accepts it")
     assert f"warning: {warning}" in plan.stderr.splitlines()
     assert "error: lab-node-1" not in plan.stderr
@@ -161,7 +161,7 @@ def test_a_saved_plan_with_the_eviction_is_refused_and_one_made_allowing_it_appl
 ) -> None:
     _taint_node_1(workdir)
     saved = workdir / "plan.json"
-    assert run_cli("plan", "--out", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig).code == 1
+    assert run_cli("plan", "--out", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig).code == 2
     before = snapshot(lab)
 
     refused = run_cli("apply", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig)
@@ -175,7 +175,7 @@ def test_a_saved_plan_with_the_eviction_is_refused_and_one_made_allowing_it_appl
     allowed = run_cli(
         "plan", "--allow-evictions", "--out", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig
     )
-    assert allowed.code == 1
+    assert allowed.code == 2
     assert json.loads(saved.read_text())["allowEvictions"] is True
     unflagged = run_cli("apply", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig)
     assert unflagged.code == 2

@@ -211,7 +211,7 @@ def test_plan_reports_a_kernel_bump_without_its_image(lab: TestCluster, workdir:
 
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
 
-    assert plan.code == 1
+    assert plan.code == 2
     assert (
         "lab-node-0 feature.node.kubernetes.io/kernel-version.full 5.15.0-122-generic" in plan.lines
     )
@@ -268,7 +268,7 @@ def test_a_new_node_in_a_pull_request_is_checked_before_it_exists(
 
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
 
-    assert plan.code == 1
+    assert plan.code == 2
     assert "lab-node-3: declared in desired/nodes/lab-node-3.yaml" in plan.stderr
     assert (
         "error: lab-node-3: driver image 550-6.8.0-52-generic-ubuntu24.04 is not in the support matrix"

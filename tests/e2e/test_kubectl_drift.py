@@ -179,7 +179,7 @@ def test_a_field_a_controller_owns_is_still_refused_without_force_conflicts(
     before = _settings(applied)
 
     plan = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
-    assert plan.code == 1
+    assert plan.code == 2
     assert plan.lines == [
         f"{SETTINGS_ID} data.level 1 7 level-controller",
         f"{SETTINGS_ID} data.mode single mixed kubectl-patch",

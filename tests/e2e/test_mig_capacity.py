@@ -49,7 +49,7 @@ def test_a_layout_the_gpu_does_not_have_is_refused_and_nothing_is_written(
 ) -> None:
     _layout(workdir, "all-3g.40gb", product=False)  # an 80 GB profile on a 40 GB A100
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert plan.code == 1
+    assert plan.code == 2
     [line] = [line for line in plan.stderr.splitlines() if "mig-layout" in line or "all-3g" in line]
     assert line.startswith("error: lab-node-0: nvidia.com/mig.config=all-3g.40gb: ")
     assert "all-1g.5gb" in line  # the layouts that do exist for the product are named
@@ -319,7 +319,7 @@ def test_without_a_gpu_count_label_the_projection_counts_the_advertised_gpus(
 
     plan = run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig)
 
-    assert plan.code == 1, plan.stderr
+    assert plan.code == 2, plan.stderr
     assert "pa-09 nvidia.com/mig.config all-1g.5gb (rollout)" in plan.lines
     assert "cannot be projected" not in plan.stderr and "mig.config=" not in plan.stderr
     # The 4 GPUs it advertises, 7 x 1g.5gb each: the pod that wants 28 finds room after

@@ -87,7 +87,7 @@ def test_removing_a_label_in_git_reports_the_pending_pod_and_the_stranded_one(
 
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
 
-    assert plan.code == 1
+    assert plan.code == 2
     assert plan.lines == [
         "lab-node-1 feature.node.kubernetes.io/custom-gpu-training -",
         "lab-node-1 nvidia.com/gpu.count 2",
@@ -128,7 +128,7 @@ def test_a_label_change_that_strands_a_workload_fails_the_plan_without_other_dri
 
     plan = run_cli("plan", "-o", "json", cwd=workdir, kubeconfig=lab.kubeconfig)
 
-    assert plan.code == 1
+    assert plan.code == 2
     findings = {
         (f["kind"], f["subject"], f["severity"]) for f in json.loads(plan.stdout)["findings"]
     }

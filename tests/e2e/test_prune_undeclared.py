@@ -79,7 +79,8 @@ def test_facts_of_a_deleted_group_are_noted_and_pruned_with_the_inventory_emptie
     lab: TestCluster, pooled: Path
 ) -> None:
     plan = run_cli("plan", cwd=pooled, kubeconfig=lab.kubeconfig)
-    assert (plan.code, plan.stdout) == (0, ""), plan.stderr
+    # Out of sync (exit 1): each line says that only --prune removes it.
+    assert (plan.code, plan.lines) == (1, [f"{line} (--prune)" for line in PRUNE_LINES])
     assert "note: 4 label(s) set by reconcile are no longer declared" in plan.stderr
     as_json = run_cli("plan", "-o", "json", cwd=pooled, kubeconfig=lab.kubeconfig)
     prunable = json.loads(as_json.stdout)["prunable"]

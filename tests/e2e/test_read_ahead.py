@@ -111,7 +111,7 @@ def test_a_plan_asks_for_the_cluster_and_each_page_of_nodes_once(tmp_path: Path)
 
         result = run_cli("plan", cwd=work, kubeconfig=kubeconfig)
 
-        assert (result.code, result.stdout) == (1, "lab-node-1 nvidia.com/gpu.count 2\n")
+        assert (result.code, result.stdout) == (2, "lab-node-1 nvidia.com/gpu.count 2\n")
         pages = [r for r in sandbox.requests if (r.verb, r.resource) == ("list", "nodes")]
         assert ["continue=" in r.query for r in pages] == [False, True]
         kube_system = [r for r in sandbox.requests if r.path == "/api/v1/namespaces/kube-system"]
@@ -158,7 +158,7 @@ def test_the_objects_are_planned_while_the_nodes_are_still_coming_in(tmp_path: P
 
         result = run_cli("plan", cwd=work, kubeconfig=kubeconfig)
 
-        assert (result.code, result.stdout) == (1, "lab-node-1 nvidia.com/gpu.count 2\n")
+        assert (result.code, result.stdout) == (2, "lab-node-1 nvidia.com/gpu.count 2\n")
         order = [(r.verb, r.resource, r.path) for r in sandbox.requests]
         inventory = order.index(("get", "configmaps", INVENTORY_PATH))
         pages = [

@@ -88,7 +88,7 @@ def test_a_rejected_field_is_reported_at_its_line_and_nothing_is_applied(
     web = desired / "workloads" / "web.yaml"
     web.write_text(web.read_text().replace("app: web", "app: web-2"))
     plan = run_cli("plan", *args, kubeconfig=cluster.kubeconfig)
-    assert plan.code == 1
+    assert plan.code == 2
     [error] = [line for line in plan.stderr.splitlines() if line.startswith("error:")]
     assert error.startswith(
         'error: Deployment/pos-web/web: cannot change in place: Deployment.apps "web" is '

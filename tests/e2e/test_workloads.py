@@ -72,7 +72,7 @@ def test_the_labs_manifests_apply_from_empty_and_then_plan_empty(
     empty: TestCluster, workdir: Path
 ) -> None:
     plan = run_cli("plan", cwd=workdir, kubeconfig=empty.kubeconfig)
-    assert plan.code == 1
+    assert plan.code == 2
     assert plan.lines == ["lab-node-1 nvidia.com/gpu.count 2", *WORKLOADS]
 
     apply = run_cli("apply", cwd=workdir, kubeconfig=empty.kubeconfig)

@@ -96,7 +96,7 @@ def test_the_pull_request_check_fails_on_error_findings_not_on_drift(
     node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
     node_file.write_text(node_file.read_text().replace("NVIDIA-A100-SXM4-40GB", "NVIDIA-H100"))
     code, comment = _run_plan_step(workdir, lab.kubeconfig)
-    assert code == 3  # a100-job has nowhere to go: must not merge
+    assert code == 2  # a100-job has nowhere to go: an error finding, must not merge
     assert "| **error** | `Pod/nfd-lab/a100-job` |" in comment
 
 

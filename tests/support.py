@@ -425,6 +425,26 @@ class TestCluster:
         self.api_client.close()
 
 
+def settled(cluster: TestCluster, path: str, *, quiet: float = 1.0) -> None:
+    """Wait until the object at `path` is observed at its generation and its
+    resourceVersion holds for `quiet` seconds: on a real cluster a controller writes a
+    fresh Deployment's status for a while (each write a new resourceVersion, which makes a
+    plan made meanwhile stale); the sandbox runs none."""
+    if cluster.is_sandbox:
+        return
+
+    def quiet_now() -> bool:
+        first = cluster.raw("GET", path)[1]
+        status = first.get("status") or {}
+        if status.get("observedGeneration", 0) < first["metadata"].get("generation", 0):
+            return False
+        time.sleep(quiet)
+        again = cluster.raw("GET", path)[1]
+        return bool(again["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"])
+
+    wait_for(quiet_now, what=f"{path} to settle", timeout=60)
+
+
 def without_prunes(lines: list[str]) -> list[str]:
     """A plan's lines but what only --prune removes (`... - (--prune)`): the objects the
     lab seed's inventory says reconcile applied, when a tree does not declare them."""

@@ -21,7 +21,7 @@ from reconcile.sandbox.errors import ApiStatus
 from reconcile.sandbox.server import FaultInjector, Route
 from tests.conftest import ClusterFactory
 from tests.e2e.test_workloads import WORKLOADS
-from tests.support import TestCluster, lab_objects, run_cli, wait_for
+from tests.support import TestCluster, lab_objects, run_cli, settled, wait_for
 
 # What a snapshot reads: every kind the lab holds, in every namespace.
 _COLLECTIONS = (
@@ -381,6 +381,7 @@ def test_a_resealed_plan_is_refused_change_by_change(
     """A plan edited by someone who recomputes its digest is refused: it is not what
     planning gives again, whatever its digest says."""
     _workloads_drift(workdir)
+    settled(lab, "/apis/apps/v1/namespaces/gpu-drv/deployments/trainer")
     path = _saved(lab, workdir, *args)
     _reseal(path, edit)
     if edit is _prune_kube_system:

@@ -177,7 +177,7 @@ def _semver(text: str, normalize: bool = False) -> Any:
         version = _normalized_semver(text) if normalize else Semver(text)
     except ValueError as e:
         raise LibraryError(str(e)) from e
-    return _message("Semver", version.text if not normalize else _semver_text(version))
+    return _message("Semver", _semver_text(version))  # build metadata does not count
 
 
 def _semver_text(version: Semver) -> str:
@@ -999,8 +999,9 @@ def _evaluate(node: Node, path: str, value: Any, old: Any, verdict: Verdict) -> 
                     Unchecked(shown, rule.text, "no such overload (types not checked here)")
                 )
             else:
+                # A runtime error keeps the schema's type as the value (v1.36 server).
                 verdict.errors.append(
-                    _invalid(shown, f"{message} evaluating rule: {rule.error_string()}")
+                    invalid(shown, type_name, f"{message} evaluating rule: {rule.error_string()}")
                 )
             continue
         if kind != "BOOL":
@@ -1016,7 +1017,7 @@ def _evaluate(node: Node, path: str, value: Any, old: Any, verdict: Verdict) -> 
             detail = _message_expression(rule, data)
         if not detail:
             detail = rule.message.strip() or f"failed rule: {rule.text.strip()}"
-        verdict.errors.append(_reasoned(at, type_name, detail, rule.reason))
+        verdict.errors.append(_reasoned(at, detail, rule.reason))
 
 
 def _field_path(path: str, field_path: str) -> str:
@@ -1046,14 +1047,14 @@ def _message_expression(rule: Rule, data: Mapping[str, Any]) -> str:
     return text
 
 
-def _reasoned(path: str, type_name: str, detail: str, reason: str) -> FieldError:
+def _reasoned(path: str, detail: str, reason: str) -> FieldError:
     """fieldErrorForReason."""
     if reason == "FieldValueForbidden":
         return forbidden(path, detail)
     if reason == "FieldValueRequired":
         return required(path, detail)
     if reason == "FieldValueDuplicate":
-        return FieldError("Duplicate value", path, type_name)
+        return FieldError("Duplicate value", path)  # the v1.36 server omits the value
     return _invalid(path, detail)
 
 

@@ -413,12 +413,17 @@ class _Runner(celpy.InterpretedRunner):
         )
 
 
-_ENVIRONMENT: Final = celpy.Environment(runner_class=_Runner)
+@functools.cache
+def _environment() -> celpy.Environment:
+    """Built on first use: its parser is most of the cost of importing this module, which
+    kube/celrules.py imports for Semver only."""
+    return celpy.Environment(runner_class=_Runner)
 
 
 @functools.lru_cache(maxsize=256)
 def _program(expression: str) -> Any:
-    return _ENVIRONMENT.program(_ENVIRONMENT.compile(expression), functions=dict(FUNCTIONS))
+    environment = _environment()
+    return environment.program(environment.compile(expression), functions=dict(FUNCTIONS))
 
 
 class _DefaultMap(celtypes.MapType):

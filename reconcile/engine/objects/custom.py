@@ -9,7 +9,7 @@ note, and apply waits, after the CRDs, until each is Established and its kind se
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from reconcile import diagnostics as diag
@@ -19,6 +19,7 @@ from reconcile.diagnostics import Diagnostic, ReconcileError
 from reconcile.kube import crds, labels
 from reconcile.kube.api import ObjectApi
 from reconcile.kube.objects import ApiResource
+from reconcile.kube.validation import FieldError
 
 CRDS: Final = ApiResource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
@@ -68,7 +69,8 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
             f"{labels.shown(manifest.name, labels.SHOWN_NAME)} is invalid: "
         )
         schema_of = f"the schema of {custom.api_version} in CustomResourceDefinition {custom.crd}"
-        for problem in crds.validate_custom(custom, manifest.body):
+        problems = crds.validate_custom(custom, manifest.body)
+        for problem in problems:
             found.append(
                 diag.error(
                     shown + problem.shown(labels.SHOWN_NAME),
@@ -76,6 +78,7 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
                     _null_fix(problem.detail) + schema_of,
                 )
             )
+        found += rule_diagnostics(custom, manifest, problems, shown)
         for path in crds.unknown_fields(custom.schema, manifest.body):
             found.append(
                 diag.warning(
@@ -86,6 +89,67 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
                 )
             )
     return found
+
+
+# --- CEL validation rules (x-kubernetes-validations): kube/celrules.py --------------------
+
+
+def rule_diagnostics(
+    custom: crds.CustomKind,
+    manifest: Manifest,
+    problems: Sequence[FieldError],
+    shown: str,
+    old: Mapping[str, Any] | None = None,
+) -> list[Diagnostic]:
+    """The CEL rules of the kind's schema on the manifest, after its schema errors: none
+    run when one of those blocks them (the server's one note instead); a rule not
+    evaluated here is a warning naming it."""
+    if not crds_have_rules(custom):
+        return []
+    from reconcile.kube import celrules
+
+    rules_of = f"a validation rule of {custom.api_version} in CustomResourceDefinition {custom.crd}"
+    if any(celrules.blocks_rules(p) for p in problems):
+        return [
+            diag.error(
+                shown + celrules.NOT_CHECKED.shown(labels.SHOWN_NAME),
+                manifest.source,
+                "correct the errors above; the rules are checked once they are",
+            )
+        ]
+    verdict = celrules.validate(custom.schema, crds.defaulted(custom.schema, manifest.body), old)
+    found = [
+        diag.error(
+            shown + error.shown(labels.SHOWN_NAME),
+            manifest.at(field_path("" if error.field == "<nil>" else error.field)),
+            rules_of,
+        )
+        for error in verdict.errors
+    ]
+    for rule in verdict.unchecked:
+        found.append(
+            diag.warning(
+                f"{manifest.kind}.{custom.group} {labels.shown(manifest.name, labels.SHOWN_NAME)}: "
+                f"validation rule {rule.rule!r} at {rule.field} checked by the API server only "
+                f"({rule.why})",
+                manifest.at(field_path("" if rule.field == "<nil>" else rule.field)),
+                f"{rules_of} that is not evaluated offline",
+            )
+        )
+    return found
+
+
+_HAS_RULES: dict[int, tuple[Mapping[str, Any], bool]] = {}
+
+
+def crds_have_rules(custom: crds.CustomKind) -> bool:
+    """Whether the schema carries any x-kubernetes-validations, once per schema (the
+    CEL engine is imported only for a tree that has some)."""
+    cached = _HAS_RULES.get(id(custom.schema))
+    if cached is None or cached[0] is not custom.schema:
+        cached = (custom.schema, "x-kubernetes-validations" in repr(custom.schema))
+        _HAS_RULES[id(custom.schema)] = cached
+    return cached[1]
 
 
 def _null_fix(detail: str) -> str:

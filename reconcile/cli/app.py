@@ -226,6 +226,16 @@ class Suggesting(click.Group):
     """A group that answers an unknown command with the commands it may have meant
     (`reconcile aply`: did you mean 'apply'?), as click answers an unknown option."""
 
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command, its --help ending with its exit codes (output.EXIT_CODES)."""
+        from reconcile.cli.output import exit_codes_epilog
+
+        command = super().get_command(ctx, cmd_name)
+        if command is not None and command.epilog is None:
+            path = f"{ctx.command_path} {cmd_name}".split(" ", 1)[1]
+            command.epilog = exit_codes_epilog(path)
+        return command
+
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:

@@ -49,6 +49,41 @@ class Format(enum.StrEnum):
 # --- lines on stdout -------------------------------------------------------------------------
 
 
+# Every command's exit codes, the end of its --help (cli/app.py) and of its row in
+# docs/commands.md. One contract: 0 in sync or done, 1 drift (what only --prune removes
+# too), 2 an error of any kind, including an error finding that makes apply refuse.
+EXIT_CODES: Final = {
+    "validate": "0 clean, 2 errors",
+    "plan": "0 in sync, 1 drift (what only --prune removes too), 2 an error or an error finding",
+    "apply": "0 converged, 2 anything failed or was refused, 130 interrupted (SIGINT), 143 (SIGTERM)",
+    "watch": "0 after SIGTERM/SIGINT, 2 when it cannot start",
+    "sanitize": "0, 2 if one has nothing left",
+    "audit": "0 OK, 1 findings, 2 error",
+    "drivers": "see each command",
+    "drivers tag": "0, 2 a part is missing",
+    "drivers audit": "0 OK, 1 missing, 2 no support matrix or a tag cannot be built",
+    "upgrade": "0 done, 2 refused or failed, 130 interrupted (SIGINT), 143 (SIGTERM)",
+    "rollout": (
+        "0 done, 2 refused, failed or halted by a gate, 130 interrupted (SIGINT), 143 (SIGTERM)"
+    ),
+    "rollout status": "0 nothing blocks, 1 something does, 2 error",
+    "rollout abandon": "0 done, 2 refused (a node in a running rollout: nothing removed)",
+    "placement": "0 all placed, 1 something pending, 2 error",
+    "report": "0, 2 no support matrix or a variable clash",
+    "import": "0, 2 error",
+    "rbac": "0, 2 invalid desired/",
+    "completion": "0",
+    "schemas": "0 written or up to date, 1 --check: out of date, 2 error",
+    "sandbox": "0 (with CMD: its code), 2 when it cannot start",
+}
+
+
+def exit_codes_epilog(command: str) -> str | None:
+    """`Exit codes: ...` for the end of `command`'s --help (None: a command not listed)."""
+    codes = EXIT_CODES.get(command)
+    return None if codes is None else f"Exit codes: {codes}."
+
+
 def plan_exit(errors: bool, attention: bool) -> int:
     """A plan's exit code: 2 when it has an error finding (an `error:` line: apply would
     refuse, or the change must not merge as it is), 1 when the cluster is out of sync

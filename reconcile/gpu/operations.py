@@ -77,12 +77,19 @@ def tags(cluster: NodeApi, node: str | None = None) -> list[Tag]:
     return found
 
 
+NO_MATRIX: Final = "no support matrix in desired/drivers/ (a DriverSupportMatrix .yaml or a .csv)"
+
+
+def _need_matrix(state: DesiredState) -> None:
+    """ReconcileError when desired/ declares no support matrix: nothing can be judged
+    against one (SKEW= would read 0, as if every image existed)."""
+    if not state.matrix:
+        raise ReconcileError(NO_MATRIX)
+
+
 def image_audit(state: DesiredState, cluster: NodeApi) -> list[Coverage]:
     """Every live GPU node's image against the support matrix desired/ declares."""
-    if not state.matrix:
-        raise ReconcileError(
-            "no support matrix in desired/drivers/ (a DriverSupportMatrix .yaml or a .csv)"
-        )
+    _need_matrix(state)
     return drivers.coverage(((n.name, n.labels) for n in _gpu_nodes(cluster)), state.matrix_tags)
 
 
@@ -104,6 +111,9 @@ class Report:
 
 
 def report(state: DesiredState, cluster: NodeApi) -> Report:
+    """The summary of `reconcile report`; ReconcileError without a support matrix, as
+    `drivers audit` refuses."""
+    _need_matrix(state)
     nodes = _gpu_nodes(cluster)
     coverage = {
         c.node: c for c in drivers.coverage(((n.name, n.labels) for n in nodes), state.matrix_tags)

@@ -4,12 +4,13 @@ and an unknown command gets did-you-mean, at every level."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.test_prune_guards import snapshot
-from tests.support import TestCluster, run_cli
+from tests.support import REPO, TestCluster, run_cli
 
 
 @pytest.mark.parametrize("flag", ["--dry-run", "--dry-run=client", "--dry-run=server"])
@@ -55,3 +56,64 @@ def test_an_unknown_command_with_nothing_close_is_only_unknown() -> None:
     assert result.code == 2
     assert "No such command 'xyzzy'." in result.stderr
     assert "Did you mean" not in result.stderr
+
+
+def _commands() -> list[str]:
+    import click
+
+    from reconcile.cli.app import main
+
+    found = []
+
+    def walk(group: click.Group, ctx: click.Context, prefix: str) -> None:
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            assert command is not None
+            found.append(prefix + name)
+            if isinstance(command, click.Group):
+                walk(
+                    command, click.Context(command, info_name=name, parent=ctx), f"{prefix}{name} "
+                )
+
+    walk(main, click.Context(main, info_name="reconcile"), "")
+    return found
+
+
+def test_every_command_has_exit_codes_and_its_help_ends_with_them() -> None:
+    from reconcile.cli.output import EXIT_CODES
+
+    commands = _commands()
+    assert sorted(EXIT_CODES) == sorted(commands)
+    for command in commands:
+        shown = run_cli(*command.split(), "--help")
+        assert shown.code == 0, (command, shown.stderr)
+        last = " ".join(shown.stdout.split("Exit codes:")[-1].split())
+        assert "Exit codes:" in shown.stdout, command
+        assert last == EXIT_CODES[command] + ".", command
+
+
+def test_the_command_table_gives_each_commands_codes() -> None:
+    from reconcile.cli.output import EXIT_CODES
+
+    rows = [
+        line
+        for line in (REPO / "docs" / "commands.md").read_text().splitlines()
+        if line.startswith("| `reconcile ")
+    ]
+    assert rows
+    for row in rows:
+        codes = row.rstrip(" |").rsplit(" | ", 1)[1]
+        assert codes in EXIT_CODES.values(), row
+
+
+def test_report_without_a_support_matrix_is_an_error_as_drivers_audit_is(
+    lab: TestCluster, workdir: Path
+) -> None:
+    shutil.rmtree(workdir / "desired" / "drivers")
+    for args in (["report"], ["drivers", "audit"]):
+        refused = run_cli(*args, cwd=workdir, kubeconfig=lab.kubeconfig)
+        assert refused.code == 2, args
+        assert refused.stderr.splitlines() == [
+            "error: no support matrix in desired/drivers/ (a DriverSupportMatrix .yaml or a .csv)"
+        ], args
+        assert refused.stdout == "", args

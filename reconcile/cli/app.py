@@ -102,7 +102,8 @@ def common_options(command: F) -> F:
     @click.option(
         "-o",
         "--output",
-        type=click.Choice([f.value for f in Format]),
+        # What this command renders (`outputs`), and only that, in its --help.
+        type=click.Choice([f.value for f in getattr(command, "formats", tuple(Format))]),
         default=Format.TEXT.value,
         show_default=True,
         help="Output format.",
@@ -142,8 +143,11 @@ def common_options(command: F) -> F:
 
 
 def outputs(*allowed: Format) -> Callable[[F], F]:
-    """The `-o` formats a command renders; any other is refused with exit 2 before the
+    """The `-o` formats a command renders (with -o json, -o yaml too: the same document),
+    the only choices its --help offers; any other is refused with exit 2 before the
     command runs, never silently ignored. Goes under @common_options."""
+    if Format.JSON in allowed and Format.YAML not in allowed:
+        allowed = (*allowed, Format.YAML)
 
     def decorate(command: F) -> F:
         @functools.wraps(command)
@@ -154,6 +158,7 @@ def outputs(*allowed: Format) -> Callable[[F], F]:
                 raise ReconcileError(f"{name} does not render -o {output.value}: use {shown}")
             return command(*args, output=output, **kwargs)
 
+        wrapper.formats = allowed  # type: ignore[attr-defined]  # read by common_options
         return wrapper  # type: ignore[return-value]
 
     return decorate

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -325,7 +324,7 @@ def upgrade(
     from reconcile.app import rollouts
 
     request = rollouts.DriverUpgrade(
-        version, nodes, selector, pacing, document=output is Format.JSON, **options
+        version, nodes, selector, pacing, document=output.document, **options
     ).checked()
     from reconcile.cli.views import view_for
 
@@ -439,7 +438,7 @@ def rollout(
     request = rollouts.FactRollout(
         selector,
         pacing,
-        document=output is Format.JSON,
+        document=output.document,
         keep_going=not halt,
         gates=tuple(rollouts.GateSpec.parse(text) for text in gates),
         **options,
@@ -552,9 +551,11 @@ def rollout_abandon(
     for node in nodes:
         check_node_name(node)
     done = rollouts.abandon(session, cluster, nodes, selector)
-    if output is Format.JSON:
+    if output.document:
+        from reconcile.cli.views import write_document
+
         rows = [{"node": node, "left": left} for node, left in done.nodes]
-        stdout().write(json.dumps(rows, indent=2) + "\n")
+        write_document(rows, stdout(), output)
         return EXIT_OK
     if not done.nodes:
         log.info("no journal on the nodes given: nothing to abandon")

@@ -44,6 +44,13 @@ class Format(enum.StrEnum):
     # The text lines with the live value (and a node fact's owner) added, as
     # `kubectl get -o wide` adds columns: the default text stays the contract.
     WIDE = "wide"
+    # The JSON document as YAML (kubectl's -o yaml): wherever -o json is, the same data.
+    YAML = "yaml"
+
+    @property
+    def document(self) -> bool:
+        """A machine-readable document (JSON or YAML), not lines."""
+        return self in (Format.JSON, Format.YAML)
 
 
 # --- lines on stdout -------------------------------------------------------------------------

@@ -69,6 +69,8 @@ def view_for(output: Format, out: TextIO | None = None, err: TextIO | None = Non
     streams = (out or sys.stdout, err or sys.stderr)
     if output is Format.JSON:
         return JsonView(*streams)
+    if output is Format.YAML:
+        return YamlView(*streams)
     if output is Format.MARKDOWN:
         return MarkdownView(*streams)
     return TextView(*streams, wide=output is Format.WIDE)
@@ -78,6 +80,24 @@ def write_json(document: Any, out: TextIO) -> None:
     """The one way a JSON document is written: indented by two, keys in their order."""
     json.dump(document, out, indent=2, sort_keys=False)
     out.write("\n")
+
+
+def write_yaml(document: Any, out: TextIO) -> None:
+    """The JSON document as YAML (keys in their order, reading back as the same data
+    under YAML 1.1 and 1.2), as `kubectl -o yaml` writes one."""
+    from reconcile.desired.writer import dump_documents
+
+    if isinstance(document, Mapping):
+        out.write(dump_documents([document]))
+    elif not document:
+        out.write("[]\n")
+    else:  # a list at the top: one document holding it
+        out.write(dump_documents([{"items": document}]).removeprefix("items:\n"))
+
+
+def write_document(document: Any, out: TextIO, output: Format) -> None:
+    """`document` as -o json or -o yaml asks."""
+    (write_yaml if output is Format.YAML else write_json)(document, out)
 
 
 def prefixed(view: View, cluster: str, first: Callable[[str], str] = name_first) -> View:
@@ -711,6 +731,23 @@ class JsonView(_Composed):
         self.out.writelines(
             json.dumps({"time": when, **record}, sort_keys=True) + "\n" for record in records
         )
+        self.out.flush()
+
+
+@dataclass(frozen=True)
+class YamlView(JsonView):
+    """The JSON view's documents as YAML; several (a watch's records) as one stream,
+    `---` before each."""
+
+    def _emit(self, value: Any) -> None:
+        write_yaml(value, self.out)
+
+    def _watched(self, when: str, records: Sequence[dict[str, Any]]) -> None:
+        from reconcile.desired.writer import dump_documents
+
+        if records:
+            documents = [{"time": when, **record} for record in records]
+            self.out.write("---\n" + dump_documents(documents))
         self.out.flush()
 
 

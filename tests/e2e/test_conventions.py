@@ -117,3 +117,48 @@ def test_report_without_a_support_matrix_is_an_error_as_drivers_audit_is(
             "error: no support matrix in desired/drivers/ (a DriverSupportMatrix .yaml or a .csv)"
         ], args
         assert refused.stdout == "", args
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan"],
+        ["apply"],
+        ["placement"],
+        ["audit"],
+        ["drivers", "audit"],
+        ["report"],
+        ["rollout", "status"],
+        ["rbac"],
+    ],
+    ids=" ".join,
+)
+def test_yaml_is_the_json_document(lab: TestCluster, workdir: Path, args: list[str]) -> None:
+    import json
+
+    import yaml
+
+    # apply changes the cluster: each format's run starts from the same drift
+    documents = []
+    for output in ("json", "yaml"):
+        if args == ["apply"]:
+            lab.label("lab-node-1", **{"nvidia.com/gpu.count": "9"})
+        shown = run_cli(*args, "-o", output, cwd=workdir, kubeconfig=lab.kubeconfig)
+        assert shown.code in (0, 1), shown.stderr
+        documents.append(shown.stdout)
+    as_json, as_yaml = json.loads(documents[0]), yaml.safe_load(documents[1])
+    for document in (as_json, as_yaml):  # the digest and the server's address differ by run
+        if isinstance(document, dict):
+            for volatile in ("digest", "cluster", "resourceVersion"):
+                document.pop(volatile, None)
+    assert as_yaml == as_json
+
+
+def test_help_offers_only_the_formats_a_command_renders() -> None:
+    placement = run_cli("placement", "--help").stdout
+    assert "[text|json|yaml]" in placement
+    plan = run_cli("plan", "--help").stdout
+    assert "[text|json|markdown|wide|yaml]" in plan
+    refused = run_cli("placement", "-o", "wide")
+    assert refused.code == 2
+    assert "'wide' is not one of 'text', 'json', 'yaml'" in refused.stderr

@@ -781,12 +781,12 @@ def unknown_field_message(path: Path) -> str:
 def apply_error(custom: CustomKind, obj: Mapping[str, Any]) -> str | None:
     """The server-side apply refusal of an apply configuration with unknown fields (a 500
     without a reason: fieldmanager's `failed to create typed patch object`), or None. The
-    server names the first field it meets."""
+    server names the first field it meets, and the namespace as the patch gives it."""
     found = unknown_fields(custom.schema, obj)
     if not found:
         return None
     metadata = obj.get("metadata") or {}
-    namespace = metadata.get("namespace") or "" if custom.namespaced else ""
+    namespace = metadata.get("namespace") or ""  # as the patch says it, even if absent
     return (
         f"failed to create typed patch object ({namespace}/{metadata.get('name') or ''}; "
         f"{custom.api_version}, Kind={custom.kind}): {unknown_field_message(found[0])}"

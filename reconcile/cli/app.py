@@ -102,8 +102,10 @@ def common_options(command: F) -> F:
     @click.option(
         "-o",
         "--output",
-        # What this command renders (`outputs`), and only that, in its --help.
-        type=click.Choice([f.value for f in getattr(command, "formats", tuple(Format))]),
+        type=click.Choice([f.value for f in Format]),
+        # What this command renders (`outputs`), and only that, in its --help; any other
+        # is refused by `outputs`, in one `error:` line naming these.
+        metavar="[" + "|".join(f.value for f in getattr(command, "formats", tuple(Format))) + "]",
         default=Format.TEXT.value,
         show_default=True,
         help="Output format.",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-import re2  # type: ignore[import-untyped]
+import re2
 from cel_expr_python import cel  # type: ignore[import-untyped]
 from cel_expr_python.ext import (  # type: ignore[import-untyped]
     ext_bindings,

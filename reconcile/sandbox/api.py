@@ -397,6 +397,12 @@ class SandboxApi:
         decoding.decode(resource, config)
         metadata = config.setdefault("metadata", {})
         metadata["name"] = name
+        if resource.schema is not None:
+            # The typed patch refuses a field the schema does not declare (a 500 without
+            # a reason), before defaulting or validation; a plain write prunes it.
+            refused = crds.apply_error(_custom_kind(resource), config)
+            if refused is not None:
+                raise ApiStatus(500, "", refused)
         with self.store.lock:
             old = self.store.get(resource.key, (namespace, name))
             if old is None:
@@ -876,6 +882,7 @@ def _crd_errors(crd: Obj) -> list[apivalidation.FieldError]:
         errors.append(
             apivalidation.invalid("metadata.name", name, 'must be spec.names.plural+"."+spec.group')
         )
+    errors += [error for error, _ in crds.crd_schema_errors(crd)]
     if spec.get("scope") not in ("Namespaced", "Cluster"):
         errors.append(
             apivalidation.FieldError(

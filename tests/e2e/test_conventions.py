@@ -161,4 +161,7 @@ def test_help_offers_only_the_formats_a_command_renders() -> None:
     assert "[text|json|markdown|wide|yaml]" in plan
     refused = run_cli("placement", "-o", "wide")
     assert refused.code == 2
-    assert "'wide' is not one of 'text', 'json', 'yaml'" in refused.stderr
+    assert (
+        refused.stderr
+        == "error: reconcile placement does not render -o wide: use text, json, yaml\n"
+    )

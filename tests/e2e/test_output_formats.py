@@ -42,9 +42,11 @@ def test_an_unrendered_format_is_refused_before_anything_is_asked(
         result = run_cli(*args, "-o", fmt, cwd=cwd, kubeconfig=sandbox_only.kubeconfig)
         assert result.code == 2, (name, fmt, result.stderr)
         assert result.stdout == ""
+        # -o yaml goes wherever -o json does: the same document
+        offered: list[str] = [f for f in ("text", "json", "markdown", "wide") if f in rendered]
+        offered += ["yaml"] if "json" in rendered else []
         assert result.stderr == (
-            f"error: reconcile {name} does not render -o {fmt}: use "
-            f"{', '.join(f for f in ('text', 'json', 'markdown', 'wide') if f in rendered)}\n"
+            f"error: reconcile {name} does not render -o {fmt}: use {', '.join(offered)}\n"
         )
         assert sandbox_only.sandbox.requests == []
 

@@ -183,9 +183,9 @@ def test_saved_plan_that_is_not_a_plan(lab: TestCluster, workdir: Path) -> None:
 
 
 def test_bad_output_format_is_a_usage_error(workdir: Path) -> None:
-    result = run_cli("validate", "-o", "yaml", cwd=workdir)
+    result = run_cli("validate", "-o", "xml", cwd=workdir)
     assert result.code == 2
-    assert "'yaml' is not one of 'text', 'json', 'markdown'" in result.stderr
+    assert "'xml' is not one of 'text', 'json', 'markdown', 'wide', 'yaml'" in result.stderr
 
 
 def test_validate_knows_builtin_kinds_and_the_gpu_label_catalogue_offline(workdir: Path) -> None:

@@ -5,6 +5,7 @@ real cluster too (RECONCILE_TEST_KUBECONFIG), where these are the API server's a
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from tests.conftest import ClusterFactory
@@ -89,3 +90,44 @@ def test_a_crd_is_established_served_and_takes_its_resources_with_it(
     assert cluster.raw("DELETE", f"{CRDS}/things.{GROUP}")[0] == 200
     wait_for(lambda: cluster.raw("GET", f"{CRDS}/things.{GROUP}")[0] == 404, what="the CRD to go")
     assert cluster.raw("GET", f"/apis/{GROUP}/v1")[0] == 404
+
+
+def test_server_side_apply_refuses_an_undeclared_field_and_a_crd_with_a_bad_pattern(
+    make_cluster: ClusterFactory,
+) -> None:
+    """As a v1.36 API server answers: the typed patch refuses the field (a 500 without a
+    reason) and names the namespace only as the patch gives it; a pattern Go does not compile refuses the CRD."""
+    cluster = make_cluster([])
+    bad = copy.deepcopy(CRD)
+    schema = bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    schema["properties"]["spec"]["properties"]["size"] = {"type": "string", "pattern": "(a"}
+    status, refused = cluster.raw("POST", CRDS, bad)
+    assert status == 422, refused
+    assert (
+        "spec.validation.openAPIV3Schema.properties[spec].properties[size].pattern: "
+        'Invalid value: "(a": must be a valid regular expression, but isn\'t: '
+        "error parsing regexp: missing closing ): `(a`"
+    ) in refused["message"]
+
+    assert cluster.raw("POST", CRDS, CRD)[0] == 201
+    wait_for(
+        lambda: cluster.raw("GET", f"/apis/{GROUP}/v1")[0] == 200, what="its group-version served"
+    )
+    thing = {
+        "apiVersion": f"{GROUP}/v1",
+        "kind": "Thing",
+        "metadata": {"name": "t"},
+        "spec": {"size": 1, "colour": "red"},
+    }
+    status, refused = cluster.raw(
+        "PATCH",
+        f"/apis/{GROUP}/v1/namespaces/default/things/t?fieldManager=test",
+        thing,
+        content_type="application/apply-patch+yaml",
+    )
+    assert status == 500, refused
+    assert refused["message"] == (
+        f"failed to create typed patch object (/t; {GROUP}/v1, Kind=Thing): "
+        ".spec.colour: field not declared in schema"
+    )
+    assert "reason" not in refused

@@ -39,10 +39,24 @@ def resource(custom: crds.CustomKind) -> ApiResource:
 def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
     """Offline: every custom resource of a kind the tree's CRDs define, against the
     schema of its served version (after defaulting, as the API server validates), each
-    problem at its field; a field the server would drop (pruning) is a warning."""
+    problem at its field; a field the schema does not declare is an error, as server-side
+    apply refuses it. A CRD whose pattern Go's regexp does not compile is refused at the
+    pattern."""
     kinds = tree_kinds(state.manifests)
     found: list[Diagnostic] = []
     for manifest in state.manifests:
+        if crds.is_crd(manifest.api_version, manifest.kind):
+            for problem, path in crds.crd_schema_errors(manifest.body):
+                found.append(
+                    diag.error(
+                        f"CustomResourceDefinition {labels.shown(manifest.name, labels.SHOWN_NAME)}"
+                        f" is invalid: {problem.shown(labels.SHOWN_NAME)}",
+                        manifest.at(path),
+                        "patterns are Go regular expressions (RE2 syntax); "
+                        "the API server refuses the CRD",
+                    )
+                )
+            continue
         custom = kinds.get((manifest.api_version, manifest.kind))
         if custom is None:
             continue
@@ -69,23 +83,28 @@ def desired_diagnostics(state: DesiredState) -> list[Diagnostic]:
             f"{labels.shown(manifest.name, labels.SHOWN_NAME)} is invalid: "
         )
         schema_of = f"the schema of {custom.api_version} in CustomResourceDefinition {custom.crd}"
-        problems = crds.validate_custom(custom, manifest.body)
-        for problem in problems:
+        located = [
+            (problem, path)
+            for problem, path in crds.metadata_errors(custom, manifest.body)
+            if problem.field == "metadata.name"
+        ] + crds.located_errors(custom, manifest.body)
+        problems = [problem for problem, _ in located]
+        for problem, path in located:
             found.append(
                 diag.error(
                     shown + problem.shown(labels.SHOWN_NAME),
-                    manifest.at(field_path(problem.field)),
+                    manifest.at(path),
                     _null_fix(problem.detail) + schema_of,
                 )
             )
         found += rule_diagnostics(custom, manifest, problems, shown)
         for path in crds.unknown_fields(custom.schema, manifest.body):
             found.append(
-                diag.warning(
-                    f"unknown field {_dotted(path)}: the schema of {custom.api_version} in "
-                    f"CustomResourceDefinition {custom.crd} does not declare it",
-                    manifest.at(path),
-                    "the API server drops it (pruning); declare it in the schema or remove it",
+                diag.error(
+                    shown + crds.unknown_field_message(path),
+                    manifest.at(path, key=True),
+                    f"server-side apply refuses a field {schema_of} does not declare "
+                    "(a plain create would drop it); declare it in the schema or remove it",
                 )
             )
     return found
@@ -159,10 +178,6 @@ def _null_fix(detail: str) -> str:
         if detail.endswith(f'must be of type {wanted}: "null"'):
             return f"write {empty} or remove the key; "
     return ""
-
-
-def _dotted(path: tuple[str | int, ...]) -> str:
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
 
 
 def wait_served(

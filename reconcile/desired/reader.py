@@ -54,7 +54,7 @@ from reconcile.desired.models import (
 )
 from reconcile.desired.problems import field_path, mistyped_problems, model_problems, type_problem
 from reconcile.desired.reserved import inventories_size
-from reconcile.desired.yamlpos import YamlDocument, not_utf8, parse_yaml
+from reconcile.desired.yamlpos import PathT, YamlDocument, not_utf8, parse_yaml
 from reconcile.diagnostics import Diagnostic, Source
 from reconcile.kube import labels, shapes
 from reconcile.kube import validation as apivalidation
@@ -977,16 +977,36 @@ class _Loader:
                 for message in labels.is_dns1123_label(manifest.namespace)
             ]
         for problem in problems:
+            where, at_key = _written_at(manifest, problem)
             found.append(
                 diag.error(
                     f"{labels.shown(manifest.kind, labels.SHOWN_NAME, quote=False)} "
                     f"{labels.shown(manifest.name, labels.SHOWN_NAME)} is invalid: "
                     + problem.shown(labels.SHOWN_NAME),
-                    doc.at(field_path(problem.field)),
+                    doc.at(where, key=at_key),
                 )
             )
         self.problems.extend(found)
         return bool(found)
+
+
+def _written_at(manifest: Manifest, problem: apivalidation.FieldError) -> tuple[PathT, bool]:
+    """Where in the manifest the API server's field is written, and whether at its key
+    (an invalid map key is the key's fault, not its value's). A Secret's key the server
+    names `data[KEY]` (it merges `stringData` into `data` before validating) may be
+    written under `stringData`; one the Secret's type needs and lacks, at its `type`."""
+    path = field_path(problem.field)
+    at_key = len(path) > 1 and problem.bad_value == path[-1]
+    body = manifest.body
+    if (manifest.api_version, manifest.kind) != ("v1", "Secret") or path[:1] != ("data",):
+        return path, at_key
+    if len(path) < 2:
+        return path, False
+    for section in ("stringData", "data"):
+        written = body.get(section)
+        if isinstance(written, dict) and path[1] in written:
+            return (section, *path[1:]), at_key
+    return (("type",), False) if "type" in body else (path, False)
 
 
 def _listed(directory: Path) -> list[str]:

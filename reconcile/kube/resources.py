@@ -3,8 +3,9 @@
 A pod's request (k8s.io/component-helpers/resource PodRequests): for each resource the
 larger of the app containers' sum plus the restartable init containers (sidecars), and,
 for each ordinary init container in order, its request plus the sidecars started before
-it; pod-level requests (`spec.resources`) replace the containers' for cpu and memory;
-then `spec.overhead` is added. A missing request is the limit (the API server's
+it; pod-level requests (`spec.resources`) replace the containers' for the resources
+they name that pod-level resources support (cpu, memory and every `hugepages-<size>`:
+IsSupportedPodLevelResource); then `spec.overhead` is added. A missing request is the limit (the API server's
 defaulting). The scheduler compares integers: millicores for cpu, whole units for the
 rest (`quantity.milli_value`, `quantity.value`).
 
@@ -28,8 +29,10 @@ Resources = dict[str, int]
 CPU: Final = "cpu"
 MEMORY: Final = "memory"
 PODS: Final = "pods"
-# What pod-level resources (spec.resources) may set: IsSupportedPodLevelResource.
-_POD_LEVEL: Final = ("cpu", "memory")
+# What pod-level resources (spec.resources) may set: IsSupportedPodLevelResource
+# (k8s.io/component-helpers/resource/helpers.go): cpu, memory, hugepages-<size>.
+_POD_LEVEL: Final = frozenset({"cpu", "memory"})
+HUGEPAGES_PREFIX: Final = "hugepages-"
 TOO_MANY_PODS: Final = "Too many pods"
 
 
@@ -65,6 +68,10 @@ def _at_least(total: Resources, other: Mapping[str, int]) -> None:
             total[name] = quantity
 
 
+def is_supported_pod_level_resource(name: str) -> bool:
+    return name in _POD_LEVEL or name.startswith(HUGEPAGES_PREFIX)
+
+
 def container_requests(container: Mapping[str, Any]) -> Resources:
     """A container's requests, each missing one defaulted to its limit."""
     spec = container.get("resources") or {}
@@ -92,9 +99,9 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
             _at_least(init, during)
     _at_least(total, init)
     pod_level = resources((spec.get("resources") or {}).get("requests"))
-    for name in _POD_LEVEL:
-        if name in pod_level:
-            total[name] = pod_level[name]
+    for name, quantity in pod_level.items():
+        if is_supported_pod_level_resource(name):
+            total[name] = quantity
     _add(total, resources(spec.get("overhead")))
     return {name: quantity for name, quantity in total.items() if quantity}
 

@@ -2,17 +2,21 @@
 
 Ported from k8s.io/kubernetes/pkg/apis/core/validation and friends for what matters
 here: object metadata (names, labels, annotations), pod specs (containers, nodeSelector,
-node and pod affinity, tolerations), Deployments, PodDisruptionBudgets, node taints, and
-the Events and Leases a controller writes.
+node and pod affinity, tolerations), Deployments, PodDisruptionBudgets, node taints,
+Secrets and ConfigMaps (data keys, size, the keys each Secret type needs), and the
+Events and Leases a controller writes. What is not here the API server checks: `plan`
+dry-runs every object it can.
 The sandbox answers with these errors (same field, type and message), and `validate`
 runs them offline, so a manifest refused in review is one the API server would refuse.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -641,6 +645,8 @@ def validate_taints(taints: Any, path: str) -> list[FieldError]:
 
 NAME_RULES: Final = {
     ("", "Namespace"): NAME_DNS_LABEL,
+    # NameIsDNSLabel since RelaxedServiceNameValidation (beta, on by default in v1.36).
+    ("", "Service"): NAME_DNS_LABEL,
     ("rbac.authorization.k8s.io", "ClusterRole"): NAME_PATH_SEGMENT,
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"): NAME_PATH_SEGMENT,
     ("rbac.authorization.k8s.io", "Role"): NAME_PATH_SEGMENT,
@@ -667,6 +673,10 @@ def validate_object(
         errors += validate_pod_spec(spec, "spec")
         if old is not None:
             errors += validate_pod_update(obj, old)
+    elif (group, kind) == ("", "Secret"):
+        errors += validate_secret(obj, old)
+    elif (group, kind) == ("", "ConfigMap"):
+        errors += validate_config_map(obj, old)
     elif (group, kind) == ("", "Node"):
         errors += validate_taints((spec or {}).get("taints"), "spec.taints")
     elif (group, kind) == ("policy", "PodDisruptionBudget"):
@@ -687,6 +697,329 @@ def validate_object(
             template.get("spec"), "spec.template.spec", restart_policies=["OnFailure", "Never"]
         )
     return errors
+
+
+# --- v1 Secret and ConfigMap ---------------------------------------------------------------
+# pkg/apis/core/validation/validation.go ValidateSecret, ValidateConfigMap and their
+# updates; the keys' rule is IsConfigMapKey (k8s.io/apimachinery/pkg/util/validation).
+# The API server validates the internal Secret: `stringData` is merged into `data` first,
+# so a key of either is reported at `data[KEY]`. No message carries a value.
+
+MAX_SECRET_SIZE: Final = 1024 * 1024  # core.MaxSecretSize, ConfigMaps' limit too
+CONFIG_MAP_KEY_FMT: Final = "[-._a-zA-Z0-9]+"
+CONFIG_MAP_KEY_ERR_MSG: Final = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'"
+)
+_CONFIG_MAP_KEY_RE: Final = re.compile(CONFIG_MAP_KEY_FMT)
+REDACTED: Final = "<secret contents redacted>"
+FIELD_IMMUTABLE: Final = "field is immutable"
+IMMUTABLE_SET: Final = "field is immutable when `immutable` is set"
+SERVICE_ACCOUNT_NAME_KEY: Final = "kubernetes.io/service-account.name"
+# Secret type -> the data keys it needs: (keys, how many of them at least).
+SECRET_TYPE_TLS: Final = "kubernetes.io/tls"
+SECRET_TYPE_DOCKERCFG: Final = "kubernetes.io/dockercfg"
+SECRET_TYPE_DOCKER_CONFIG_JSON: Final = "kubernetes.io/dockerconfigjson"
+SECRET_TYPE_BASIC_AUTH: Final = "kubernetes.io/basic-auth"
+SECRET_TYPE_SSH_AUTH: Final = "kubernetes.io/ssh-auth"
+SECRET_TYPE_SERVICE_ACCOUNT_TOKEN: Final = "kubernetes.io/service-account-token"
+
+
+def is_config_map_key(value: str) -> list[str]:
+    """validation.IsConfigMapKey: a key of a ConfigMap's or a Secret's data."""
+    errors = []
+    if len(value.encode("utf-8", "surrogatepass")) > labels.DNS1123_SUBDOMAIN_MAX_LENGTH:
+        errors.append(labels.max_len_error(labels.DNS1123_SUBDOMAIN_MAX_LENGTH))
+    if not _CONFIG_MAP_KEY_RE.fullmatch(value):
+        errors.append(
+            labels.regex_error(
+                CONFIG_MAP_KEY_ERR_MSG, CONFIG_MAP_KEY_FMT, "key.name", "KEY_NAME", "key-name"
+            )
+        )
+    if value == ".":
+        errors.append("must not be '.'")
+    elif value == "..":
+        errors.append("must not be '..'")
+    elif value.startswith(".."):
+        errors.append("must not start with '..'")
+    return errors
+
+
+def _decoded(value: Any) -> bytes | None:
+    """A `data` or `binaryData` value as the bytes the API server holds (base64 in JSON);
+    None when it is not base64 (the server refuses the body before validating it)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _encoded(value: Any) -> bytes:
+    return str(value if value is not None else "").encode("utf-8", "surrogatepass")
+
+
+def secret_data(obj: Mapping[str, Any]) -> dict[str, bytes | None]:
+    """The internal Secret's data: `data` decoded, `stringData` merged over it (the v1
+    conversion), each key with its bytes (None where a `data` value is not base64)."""
+    data: dict[str, bytes | None] = {}
+    section = obj.get("data")
+    if isinstance(section, Mapping):
+        data.update({str(key): _decoded(value) for key, value in section.items()})
+    string_data = obj.get("stringData")
+    if isinstance(string_data, Mapping):
+        data.update({str(key): _encoded(value) for key, value in string_data.items()})
+    return data
+
+
+def _total(values: Iterable[bytes | None]) -> int:
+    return sum(len(value) for value in values if value is not None)
+
+
+def _too_big(field: str, limit: int) -> FieldError:
+    return FieldError("Too long", field, _OMIT, f"may not be more than {limit} bytes")
+
+
+def validate_secret(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if old is not None:
+        new_type, old_type = obj.get("type") or "", old.get("type") or ""
+        if new_type != old_type:
+            errors.append(invalid("type", new_type, FIELD_IMMUTABLE))
+        if old.get("immutable") is True:
+            if obj.get("immutable") is not True:
+                errors.append(forbidden("immutable", IMMUTABLE_SET))
+            if secret_data(obj) != secret_data(old):
+                errors.append(forbidden("data", IMMUTABLE_SET))
+    data = secret_data(obj)
+    for key in sorted(data):
+        errors += [invalid(f"data[{key}]", key, message) for message in is_config_map_key(key)]
+    if _total(data.values()) > MAX_SECRET_SIZE:
+        errors.append(_too_big("data", MAX_SECRET_SIZE))
+    secret_type = obj.get("type") or ""
+    if secret_type == SECRET_TYPE_SERVICE_ACCOUNT_TOKEN:
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        if not (isinstance(annotations, Mapping) and annotations.get(SERVICE_ACCOUNT_NAME_KEY)):
+            errors.append(required(f"metadata.annotations[{SERVICE_ACCOUNT_NAME_KEY}]"))
+    elif secret_type in (SECRET_TYPE_DOCKERCFG, SECRET_TYPE_DOCKER_CONFIG_JSON):
+        key = ".dockercfg" if secret_type == SECRET_TYPE_DOCKERCFG else ".dockerconfigjson"
+        if key not in data:
+            errors.append(required(f"data[{key}]"))
+        else:
+            problem = go_json_map_error(data[key] or b"")
+            if problem is not None:
+                errors.append(invalid(f"data[{key}]", REDACTED, problem))
+    elif secret_type == SECRET_TYPE_BASIC_AUTH:
+        if "username" not in data and "password" not in data:
+            errors += [required("data[username]"), required("data[password]")]
+    elif secret_type == SECRET_TYPE_SSH_AUTH:
+        if not data.get("ssh-privatekey"):
+            errors.append(required("data[ssh-privatekey]"))
+    elif secret_type == SECRET_TYPE_TLS:
+        errors += [required(f"data[{key}]") for key in ("tls.crt", "tls.key") if key not in data]
+    return errors
+
+
+def _config_map_sections(obj: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    data, binary = obj.get("data"), obj.get("binaryData")
+    return (
+        dict(data) if isinstance(data, Mapping) else {},
+        dict(binary) if isinstance(binary, Mapping) else {},
+    )
+
+
+def validate_config_map(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> list[FieldError]:
+    errors: list[FieldError] = []
+    data, binary = _config_map_sections(obj)
+    if old is not None and old.get("immutable") is True:
+        old_data, old_binary = _config_map_sections(old)
+        if obj.get("immutable") is not True:
+            errors.append(forbidden("immutable", IMMUTABLE_SET))
+        if data != old_data:
+            errors.append(forbidden("data", IMMUTABLE_SET))
+        if binary != old_binary:
+            errors.append(forbidden("binaryData", IMMUTABLE_SET))
+    total = 0
+    for key in sorted(data, key=str):
+        errors += [invalid(f"data[{key}]", key, m) for m in is_config_map_key(str(key))]
+        if key in binary:
+            errors.append(invalid(f"data[{key}]", key, "duplicate of key present in binaryData"))
+        if isinstance(data[key], str):
+            total += len(_encoded(data[key]))
+    for key in sorted(binary, key=str):
+        errors += [invalid(f"binaryData[{key}]", key, m) for m in is_config_map_key(str(key))]
+    total += _total(_decoded(value) for value in binary.values())
+    if total > MAX_SECRET_SIZE:
+        # The error is about the whole object: its field path is empty.
+        errors.append(_too_big("", MAX_SECRET_SIZE))
+    return errors
+
+
+# --- encoding/json, as the API server reports a docker config that is not JSON ------------
+# json.Unmarshal(bytes, &map[string]interface{}{}): the syntax errors of Go's scanner
+# (encoding/json/scanner.go), then the one type error a JSON value that is not an object
+# meets. The character Go quotes is shown as `***`: it is part of the Secret.
+
+_GO_SPACE: Final = b" \t\r\n"
+_DIGITS: Final = b"0123456789"
+_HEX: Final = b"0123456789abcdefABCDEF"
+_LITERALS: Final = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
+_LITERAL_NAMES: Final = {ord("t"): "true", ord("f"): "false", ord("n"): "null"}
+
+
+class _GoSyntaxError(Exception):
+    pass
+
+
+def _go_invalid(context: str) -> _GoSyntaxError:
+    return _GoSyntaxError(f"invalid character '***' {context}")
+
+
+def go_json_map_error(data: bytes) -> str | None:
+    """The error json.Unmarshal into a map[string]interface{} returns for `data`, or None."""
+    try:
+        first = _go_scan(data)
+    except _GoSyntaxError as e:
+        return str(e)
+    except RecursionError:
+        return None  # nested deeper than Python follows: left to the API server
+    kinds = {ord("{"): None, ord("n"): None, ord("["): "array", ord('"'): "string"}
+    kind = kinds.get(first, "bool" if first in (ord("t"), ord("f")) else "number")
+    if kind is None:
+        return None
+    return f"json: cannot unmarshal {kind} into Go value of type map[string]interface {{}}"
+
+
+def _go_scan(data: bytes) -> int:
+    """Check `data` as encoding/json's checkValid does; the first byte of its value."""
+    end = len(data)
+
+    def space(i: int) -> int:
+        while i < end and data[i] in _GO_SPACE:
+            i += 1
+        return i
+
+    def eof() -> _GoSyntaxError:
+        return _GoSyntaxError("unexpected end of JSON input")
+
+    def value(i: int) -> int:
+        """One value from data[i] (spaces skipped); the index after it."""
+        i = space(i)
+        if i >= end:
+            raise eof()
+        c = data[i]
+        if c == ord("{"):
+            i = space(i + 1)
+            if i < end and data[i] == ord("}"):
+                return i + 1
+            while True:
+                i = space(i)
+                if i >= end:
+                    raise eof()
+                if data[i] != ord('"'):
+                    raise _go_invalid("looking for beginning of object key string")
+                i = space(string(i + 1))
+                if i >= end:
+                    raise eof()
+                if data[i] != ord(":"):
+                    raise _go_invalid("after object key")
+                i = space(value(i + 1))
+                if i >= end:
+                    raise eof()
+                if data[i] == ord("}"):
+                    return i + 1
+                if data[i] != ord(","):
+                    raise _go_invalid("after object key:value pair")
+                i += 1
+        if c == ord("["):
+            i = space(i + 1)
+            if i < end and data[i] == ord("]"):
+                return i + 1
+            while True:
+                i = space(value(i))
+                if i >= end:
+                    raise eof()
+                if data[i] == ord("]"):
+                    return i + 1
+                if data[i] != ord(","):
+                    raise _go_invalid("after array element")
+                i += 1
+        if c == ord('"'):
+            return string(i + 1)
+        if c == ord("-") or c in _DIGITS:
+            return number(i)
+        if c in _LITERALS:
+            for expected in _LITERALS[c]:
+                i += 1
+                if i >= end:
+                    raise eof()
+                if data[i] != expected:
+                    raise _go_invalid(
+                        f"in literal {_LITERAL_NAMES[c]} (expecting '{chr(expected)}')"
+                    )
+            return i + 1
+        raise _go_invalid("looking for beginning of value")
+
+    def string(i: int) -> int:
+        """After an opening quote: the index after the closing one."""
+        while i < end:
+            c = data[i]
+            if c == ord('"'):
+                return i + 1
+            if c == ord("\\"):
+                i += 1
+                if i >= end:
+                    raise eof()
+                if data[i] == ord("u"):
+                    for _ in range(4):
+                        i += 1
+                        if i >= end:
+                            raise eof()
+                        if data[i] not in _HEX:
+                            raise _go_invalid("in \\u hexadecimal character escape")
+                elif data[i] not in b'bfnrt\\/"':
+                    raise _go_invalid("in string escape code")
+            elif c < 0x20:
+                raise _go_invalid("in string literal")
+            i += 1
+        raise eof()
+
+    def digits(i: int) -> int:
+        while i < end and data[i] in _DIGITS:
+            i += 1
+        return i
+
+    def number(i: int) -> int:
+        if data[i] == ord("-"):
+            i += 1
+            if i >= end:
+                raise eof()
+            if data[i] not in _DIGITS:
+                raise _go_invalid("in numeric literal")
+        i = i + 1 if data[i] == ord("0") else digits(i)
+        if i < end and data[i] == ord("."):
+            i += 1
+            if i >= end:
+                raise eof()
+            if data[i] not in _DIGITS:
+                raise _go_invalid("after decimal point in numeric literal")
+            i = digits(i)
+        if i < end and data[i] in b"eE":
+            i += 1
+            if i < end and data[i] in b"+-":
+                i += 1
+            if i >= end:
+                raise eof()
+            if data[i] not in _DIGITS:
+                raise _go_invalid("in exponent of numeric literal")
+            i = digits(i)
+        return i
+
+    start = space(0)
+    after = space(value(0))
+    if after < end:
+        raise _go_invalid("after top-level value")
+    return data[start]
 
 
 # --- events.k8s.io/v1 Event ----------------------------------------------------------------

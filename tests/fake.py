@@ -301,14 +301,17 @@ class FakeCluster:
             raise _not_found(NODES, name)
         return wire.node_from_json(self.nodes[name])
 
-    def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
-        self.writes.append(("patch", f"nodes/{name}"))
+    def patch_node(self, name: str, patch: dict[str, Any], *, dry_run: bool = False) -> LiveNode:
+        if not dry_run:
+            self.writes.append(("patch", f"nodes/{name}"))
         if name not in self.nodes:
             raise _not_found(NODES, name)
         current = self.nodes[name]
         patched = merge_patch(current, patch)
         if patched["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
             raise _modified(NODES, name)
+        if dry_run:
+            return wire.node_from_json(patched)
         if patched != current:
             patched["metadata"]["resourceVersion"] = self._next_version()
             self.nodes[name] = patched
@@ -568,8 +571,12 @@ class FakeCluster:
             metadata["name"] = f"{metadata['generateName']}{next(_UIDS)}"
         return self._create(resource, str(metadata.get("namespace") or ""), body)
 
-    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
+    def delete_object(
+        self, resource: ApiResource, namespace: str, name: str, *, dry_run: bool = False
+    ) -> bool:
         """Delete (a namespace with everything in it); False when it was already gone."""
+        if dry_run:
+            return self._key(resource, namespace, name) in self.objects
         self.writes.append(("delete", f"{resource.plural}/{namespace}/{name}"))
         if self.objects.pop(self._key(resource, namespace, name), None) is None:
             return False

@@ -203,9 +203,11 @@ def apply(
     options given here (the ones the plan was made with: --prune, --force-conflicts, ...)
     and applies the file only if it is what planning gives, refusing it as stale if any
     of its nodes or objects changed since. With RECONCILE_PLAN_KEY set, the plan must carry
-    the signature `plan --out` made with that key. When the API server would reject any
-    object (a conflict, an immutable field, an invalid manifest), nothing at all is
-    applied.
+    the signature `plan --out` made with that key. Every node patch and object is dry-run
+    by the API server first; when it would reject any (a conflict, an immutable field, an
+    invalid manifest, an admission policy), nothing at all is applied, except the CRDs and
+    Namespaces the cluster lacks, which are created first (as the plan shows) so that the
+    objects that need them can be dry-run too.
     """
     from reconcile.app import reconciling
     from reconcile.cli import fleets, views

@@ -109,6 +109,21 @@ def prefixed(view: View, cluster: str, first: Callable[[str], str] = name_first)
     )
 
 
+def rejected_summary(result: ApplyResult) -> str:
+    """The `error:` line of an apply the server's dry run refused: nothing was written,
+    or (a refusal once the staged CRDs and Namespaces were written) each refused object
+    with the server's message, and exactly what was written."""
+    count = len(result.rejected)
+    staged = [o.id for o in result.changed_objects()]
+    if not staged:
+        return f"{count} refusal(s) above: nothing was applied"
+    return (
+        f"{count} refusal(s) above ({'; '.join(result.rejected)}): written: "
+        f"{', '.join(staged)} (created first, as planned, so that what needs it could be "
+        "dry-run); nothing else was applied"
+    )
+
+
 def each_cluster(
     view: View,
     outcomes: Sequence[Outcome[T]],
@@ -316,7 +331,7 @@ class TextView(View):
         for rejected in result.rejected:
             err.write(f"rejected: {rejected}\n")
         if result.rejected:
-            err.write(f"error: {len(result.rejected)} refusal(s) above: nothing was applied\n")
+            err.write(f"error: {rejected_summary(result)}\n")
         for failed in result.failed:
             err.write(f"{failed.name}: not converged: {failed.error}\n")
         for failed_object in result.failed_objects:
@@ -815,7 +830,13 @@ class MarkdownView(_Composed):
             parts.append(
                 "\n" + "".join(f"- {_code(line.strip(), cell=False)}\n" for line in objects)
             )
-        parts += _md_list("Rejected (nothing was applied)", (_md(r) for r in result.rejected))
+        staged = ", ".join(o.id for o in result.changed_objects())
+        parts += _md_list(
+            f"Rejected (written first: {staged}; nothing else was applied)"
+            if staged
+            else "Rejected (nothing was applied)",
+            (_md(r) for r in result.rejected),
+        )
         parts += _md_list(
             "Failed",
             (f"{_code(n.name, cell=False)}: {_md(n.error or '')}" for n in result.failed),

@@ -30,9 +30,15 @@ from reconcile.engine import budget, placement, saved
 from reconcile.engine.checks import Check, Projection, run_checks
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
 from reconcile.engine.grants import Rule
-from reconcile.engine.nodes.apply import apply_plan
+from reconcile.engine.nodes.apply import apply_plan, dry_run_nodes
 from reconcile.engine.nodes.plan import build_plan
-from reconcile.engine.objects.apply import apply_objects, preflight_objects
+from reconcile.engine.objects.apply import (
+    DRY_RUNS_AT_ONCE,
+    apply_objects,
+    apply_staged,
+    dry_run_objects,
+    staged_objects,
+)
 from reconcile.engine.objects.inventory import read_inventory
 from reconcile.engine.objects.plan import desired_configs, plan_objects
 from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions
@@ -217,14 +223,51 @@ def apply(
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[int, int], None] | None = None,
 ) -> ApplyResult:
-    """Nodes, then objects; nothing at all when a finding blocks the apply or (for a saved
-    plan) the server would reject an object as it will be sent."""
+    """Staged, so that a refusal never leaves a partial apply:
+
+    1. every node patch and every object the server can dry-run now is dry-run
+       (`dryRun=All`, as it will be sent); a refusal writes nothing at all;
+    2. the CRDs and Namespaces the cluster lacks are written, and each CRD waited for
+       until Established and served;
+    3. what could not be dry-run before (custom resources of those CRDs, objects in those
+       Namespaces) is dry-run; a refusal leaves only the objects of step 2 written;
+    4. the nodes, then the objects.
+
+    Nothing at all is written when a finding blocks the apply."""
     the_plan = request.plan
     rejected = [f"{f.subject}: {f.message}" for f in blocking(the_plan.findings)]
-    if not rejected and request.saved:
-        rejected = preflight_objects(the_plan, cluster, saved=True, configs=request.configs)
     if rejected:
         return ApplyResult(rejected=tuple(rejected))
+    checked = dry_run_objects(the_plan, cluster, saved=request.saved, configs=request.configs)
+    refused = [
+        *dry_run_nodes(
+            the_plan, cluster, parallel=DRY_RUNS_AT_ONCE, allow_refused=request.allow_refused
+        ),
+        *checked.refused,
+    ]
+    if refused:
+        return ApplyResult(rejected=tuple(refused))
+    staged = apply_staged(
+        the_plan,
+        staged_objects(the_plan, cluster),
+        cluster,
+        configs=request.configs,
+        served_wait=request.served_wait,
+    )
+    if any(r.error for r in staged) or should_stop():
+        return ApplyResult(objects=staged, retries=cluster.retries)
+    if checked.deferred:
+        later = dry_run_objects(
+            the_plan,
+            cluster,
+            saved=request.saved,
+            configs=request.configs,
+            only=checked.deferred,
+            after_staging=True,
+        )
+        if later.refused or later.deferred:
+            refused = [*later.refused, *(f"{o.id}: could not be dry-run" for o in later.deferred)]
+            return ApplyResult(objects=staged, rejected=tuple(refused), retries=cluster.retries)
     nodes = apply_plan(
         the_plan,
         cluster,
@@ -242,5 +285,6 @@ def apply(
         configs=request.configs,
         should_stop=should_stop,
         served_wait=request.served_wait,
+        done=staged,
     )
     return dataclasses.replace(nodes, objects=objects, retries=cluster.retries)

@@ -165,7 +165,11 @@ class ObjectPlan(_Frozen):
     # declared fields apply takes back: it applies this object with force. A conflict
     # with any other manager is never forced unless --force-conflicts.
     takenFrom: tuple[str, ...] | None = None
-    _omitted_when_none = ("manifestDigest", "takenFrom")
+    # True when the API server cannot dry-run it while planning (its kind is served only
+    # once a CRD of the plan is applied, or its Namespace is one the plan creates): it was
+    # checked offline only, and apply dry-runs it after writing those, before anything else.
+    checkedOffline: bool | None = None
+    _omitted_when_none = ("manifestDigest", "takenFrom", "checkedOffline")
 
     @property
     def identity(self) -> ObjectId:

@@ -36,9 +36,10 @@ class NodeApi(Protocol):
         """The node; NotFound when there is none."""
         ...
 
-    def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
+    def patch_node(self, name: str, patch: dict[str, Any], *, dry_run: bool = False) -> LiveNode:
         """The node after a JSON merge patch (null deletes); a resourceVersion in the patch
-        is a precondition (Conflict when stale)."""
+        is a precondition (Conflict when stale). With `dry_run`, the node as the server
+        would make it, nothing stored (`dryRun=All`)."""
         ...
 
     def pods_on(self, node: str) -> list[dict[str, Any]]:
@@ -136,6 +137,9 @@ class ObjectApi(Protocol):
         """The object as created (a `generateName` named by the server)."""
         ...
 
-    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
-        """Delete; False when the object was already gone."""
+    def delete_object(
+        self, resource: ApiResource, namespace: str, name: str, *, dry_run: bool = False
+    ) -> bool:
+        """Delete; False when the object was already gone. With `dry_run`, only asked
+        (`dryRun=All`): whether the server would delete it."""
         ...

@@ -62,6 +62,11 @@ class RequestRecord:
     # A server-side apply that created its object: authorized as create too, as upstream.
     created: bool = False
 
+    @property
+    def dry_run(self) -> bool:
+        """Asked with `dryRun=All`: checked by the server, nothing stored."""
+        return "All" in parse_qs(self.query).get("dryRun", ())
+
 
 @dataclass(frozen=True)
 class Route:
@@ -72,7 +77,13 @@ class Route:
 
 
 class FaultInjector:
-    """Decides, per request, whether to answer with a fault instead (see faults.py)."""
+    """Decides, per request, whether to answer with a fault instead (see faults.py).
+
+    `before` is asked of every request, dry runs (`dryRun=All`) included, as admission
+    sees them; with `writes_only`, only of requests that store. `after_write` is asked
+    only after something was stored: a dry run stores nothing."""
+
+    writes_only: bool = False
 
     def before(
         self, method: str, route: Route | None
@@ -167,9 +178,11 @@ class Handler(BaseHTTPRequestHandler):
                     namespace=route.namespace or "",
                     verb=_verb(method, route, query),
                 )
+            faults = self.server.faults
+            dry_run = query.get("dryRun") == "All"
             fault = (
-                self.server.faults.before(method, route if isinstance(route, Route) else None)
-                if self.server.faults
+                faults.before(method, route if isinstance(route, Route) else None)
+                if faults and not (faults.writes_only and (dry_run or method == "GET"))
                 else None
             )
             if isinstance(fault, ApiStatus):
@@ -180,7 +193,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
             status, payload = self._dispatch(method, split.path, route, query, body, record)
             record["created"] = method in ("PATCH", "PUT") and status == 201
-            if self.server.faults and status < 300:
+            if self.server.faults and status < 300 and not dry_run:
                 after = self.server.faults.after_write(
                     method, route if isinstance(route, Route) else None
                 )

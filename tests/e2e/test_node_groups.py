@@ -86,7 +86,10 @@ def test_a_fleet_by_groups_plans_applies_in_one_request_per_node_and_converges(
     assert (apply.code, apply.lines) == (0, EXPECTED), apply.stderr
     if lab.sandbox is not None:
         # One PATCH a node; the nodes are written in parallel, in no set order.
-        writes = sorted(r.path for r in lab.sandbox.requests if r.method == "PATCH")
+        # (Each is dry-run first: checked, not written.)
+        writes = sorted(
+            r.path for r in lab.sandbox.requests if r.method == "PATCH" and not r.dry_run
+        )
         assert writes == ["/api/v1/nodes/lab-node-0", "/api/v1/nodes/lab-node-1"]
 
     node = lab.node("lab-node-0")

@@ -541,7 +541,10 @@ def test_an_untouched_saved_plan_applies(lab: TestCluster, workdir: Path) -> Non
 
 
 class _RefuseDeployments(FaultInjector):
-    """Forbids every write to Deployments: an apply that stops half-way, for good."""
+    """Forbids every write to Deployments (not their dry runs: the writes fail, after the
+    dry run of the whole plan passed): an apply that stops half-way, for good."""
+
+    writes_only = True
 
     def before(self, method: str, route: Route | None) -> ApiStatus | str | None:
         if method == "PATCH" and route is not None and route.resource.plural == "deployments":

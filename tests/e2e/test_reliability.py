@@ -122,7 +122,11 @@ def test_a_write_whose_answer_was_lost_is_neither_doubled_nor_an_error(
         ("lab-node-1", "nvidia.com/gpu.count", "2")
     ]
     assert lab.labels("lab-node-1")["nvidia.com/gpu.count"] == "2"
-    patches = [r for r in lab.sandbox.requests if r.resource == "nodes" and r.verb == "patch"]
+    patches = [
+        r
+        for r in lab.sandbox.requests
+        if r.resource == "nodes" and r.verb == "patch" and not r.dry_run
+    ]
     assert [r.status for r in patches] == [0, 409]  # the lost one, then the guarded retry
 
 
@@ -197,9 +201,11 @@ def test_permanent_failures_are_not_retried(lab: TestCluster, workdir: Path) -> 
     result = run_cli("apply", cwd=workdir, kubeconfig=lab.kubeconfig)
 
     assert result.code == 2
-    assert (
-        'lab-node-1: not converged: nodes "lab-node-1" is forbidden: User "ci" cannot patch resource "nodes" (403 Forbidden)'
-    ) in result.stderr
+    # Found by the dry run of the node's patch, before anything was written.
+    assert result.stderr.splitlines() == [
+        'rejected: lab-node-1: nodes "lab-node-1" is forbidden: User "ci" cannot patch resource "nodes"',
+        "error: 1 refusal(s) above: nothing was applied",
+    ]
     assert [
         r.status for r in lab.sandbox.requests if r.verb == "patch" and r.resource == "nodes"
     ] == [403]
@@ -217,7 +223,7 @@ def test_an_interrupted_apply_stops_cleanly_and_the_next_run_finishes(
         process: subprocess.Popen[str] | None = None
 
         def interrupt(record: RequestRecord) -> None:
-            if record.resource == "nodes" and record.verb == "patch":
+            if record.resource == "nodes" and record.verb == "patch" and not record.dry_run:
                 patched.append(record)
                 if len(patched) == 10 and process is not None:
                     process.send_signal(signum)

@@ -62,12 +62,12 @@ class _MigManager:
         self.cluster, self.clock, self.result = cluster, clock, result
         patch_node = cluster.patch_node
 
-        def patched(name: str, patch: dict[str, Any]) -> LiveNode:
-            live = patch_node(name, patch)
+        def patched(name: str, patch: dict[str, Any], *, dry_run: bool = False) -> LiveNode:
+            live = patch_node(name, patch, dry_run=dry_run)
             layout = ((patch.get("metadata") or {}).get("labels") or {}).get(
                 "nvidia.com/mig.config"
             )
-            if layout is not None:
+            if layout is not None and not dry_run:
                 clock.at(clock.now + 3, lambda: self.answer(name))
             return live
 

@@ -371,10 +371,10 @@ class _DropsLabels(FakeCluster):
         super().__init__()
         self.drop = drop
 
-    def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
+    def patch_node(self, name: str, patch: dict[str, Any], *, dry_run: bool = False) -> LiveNode:
         metadata = dict(patch["metadata"])
         metadata["labels"] = {k: v for k, v in metadata["labels"].items() if k not in self.drop}
-        return super().patch_node(name, {**patch, "metadata": metadata})
+        return super().patch_node(name, {**patch, "metadata": metadata}, dry_run=dry_run)
 
 
 def test_apply_reports_a_change_the_server_did_not_take() -> None:

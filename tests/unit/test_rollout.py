@@ -197,9 +197,10 @@ class _Cluster(FakeCluster):
             "disruptionsAllowed": max(0, healthy - desired),
         }
 
-    def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
-        self.timed.append((self.clock.now, name, patch))
-        return super().patch_node(name, patch)
+    def patch_node(self, name: str, patch: dict[str, Any], *, dry_run: bool = False) -> LiveNode:
+        if not dry_run:
+            self.timed.append((self.clock.now, name, patch))
+        return super().patch_node(name, patch, dry_run=dry_run)
 
     def budgets(self, namespace: str) -> list[dict[str, Any]]:
         return [{**self.budget, "status": self._status()}]
@@ -237,9 +238,9 @@ def _replace_after_uncordon(cluster: _Cluster, clock: _Clock, starting: float) -
     replacement trainer is placed when the node is uncordoned, Ready `starting` s later."""
     patch_node = cluster.patch_node
 
-    def patched(name: str, patch: dict[str, Any]) -> LiveNode:
-        live = patch_node(name, patch)
-        if (patch.get("spec") or {}).get("unschedulable", True) is None:
+    def patched(name: str, patch: dict[str, Any], *, dry_run: bool = False) -> LiveNode:
+        live = patch_node(name, patch, dry_run=dry_run)
+        if not dry_run and (patch.get("spec") or {}).get("unschedulable", True) is None:
             pod = f"r-{name}"
             cluster.add_trainer(pod, name, ready=False)
             clock.at(clock.now + starting, lambda: cluster.ready(pod))

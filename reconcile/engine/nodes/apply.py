@@ -20,7 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from reconcile.desired.models import DesiredState
-from reconcile.diagnostics import Conflict, ReconcileError
+from reconcile.diagnostics import Conflict, NotFound, ReconcileError
 from reconcile.engine.findings import NO_POLICY, NodePolicy
 from reconcile.engine.groups import node_facts
 from reconcile.engine.nodes.plan import plan_node
@@ -81,6 +81,29 @@ def apply_plan(
         absentNodes=plan.absentNodes,
         skipped=skipped,
     )
+
+
+def dry_run_nodes(
+    plan: Plan, cluster: NodeApi, *, parallel: int = 8, allow_refused: bool = False
+) -> list[str]:
+    """Every node patch of `plan` dry-run by the server (`dryRun=All`) as it will be sent,
+    at most `parallel` at a time: what it refuses, as `node: message`. A conflict is not a
+    refusal (the write re-plans or reports the node); nor is a node gone since, nor one
+    the node policy refused (apply reports both without asking)."""
+
+    def one(node_plan: NodePlan) -> str | None:
+        if refusal(node_plan, allow_refused=allow_refused) is not None:
+            return None
+        try:
+            cluster.patch_node(node_plan.name, node_plan.patch(), dry_run=True)
+        except (Conflict, NotFound):
+            return None
+        except ReconcileError as e:
+            return f"{node_plan.name}: {getattr(e, 'message', '') or e}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        return [r for r in pool.map(one, plan.nodes) if r is not None]
 
 
 def apply_node(

@@ -14,9 +14,11 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Final
 
-from reconcile.diagnostics import Conflict, NotFound, ReconcileError, StalePlan
+from reconcile.diagnostics import Conflict, ReconcileError, StalePlan
 from reconcile.engine.objects import custom
 from reconcile.engine.objects.inventory import (
     CONFIGMAPS,
@@ -55,46 +57,115 @@ def _body(
     return body
 
 
-def preflight_objects(
+# At most this many dry runs in flight at once: a shared API server is not flooded.
+DRY_RUNS_AT_ONCE: Final = 8
+
+# What apply writes before it dry-runs the rest, when the cluster lacks it: what the
+# server needs before it can dry-run objects of the plan (their kind, their namespace).
+_STAGED_KINDS: Final = frozenset(
+    {("v1", "Namespace"), ("apiextensions.k8s.io/v1", "CustomResourceDefinition")}
+)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """The server's dry run of a plan's objects: what it refused (`id: message`), and what
+    it could not dry-run yet (custom resources of a CRD the plan creates, objects in a
+    Namespace it creates) until the staged objects are written."""
+
+    refused: tuple[str, ...] = ()
+    deferred: tuple[ObjectPlan, ...] = ()
+
+
+def staged_objects(plan: Plan, cluster: ObjectApi) -> tuple[ObjectPlan, ...]:
+    """What apply writes first: the CRDs and Namespaces the cluster lacks, and the CRDs
+    whose update makes a kind of the plan served."""
+    pending = {kind.crd for kind in _pending_kinds(plan, cluster).values()}
+    return tuple(
+        o
+        for o in plan.objects
+        if (o.apiVersion, o.kind) in _STAGED_KINDS
+        and (o.action is ObjectAction.CREATE or (o.action.dry_runs and o.name in pending))
+    )
+
+
+def dry_run_objects(
     plan: Plan,
     cluster: ObjectApi,
     *,
     saved: bool,
     configs: Mapping[ObjectId, dict[str, Any]] | None = None,
-) -> list[str]:
-    """Dry-run every create and update as it will be sent: the problems, if any. A
-    custom resource whose kind a CRD of the plan defines and the server does not serve
-    yet is dry-run by apply_objects, once that CRD is established."""
-    return _preflight(plan.objects, plan, cluster, saved=saved, configs=configs or {})
+    only: Iterable[ObjectPlan] | None = None,
+    after_staging: bool = False,
+) -> DryRun:
+    """Every object of the plan (or `only` these) dry-run by the server as it will be
+    sent, DRY_RUNS_AT_ONCE at a time: creates and updates by server-side apply
+    (`dryRun=All`, the same field manager and force), prunes and recreates by a dry-run
+    delete. An object the server cannot dry-run before the staged objects are written
+    (its kind not served yet; unless `after_staging`, its namespace one the plan creates)
+    is deferred, not refused."""
+    objects = list(plan.objects if only is None else only)
+    pending = _pending_kinds(plan, cluster)
+    new_namespaces = (
+        set()
+        if after_staging
+        else {
+            o.name
+            for o in plan.objects
+            if o.kind == "Namespace" and o.action is ObjectAction.CREATE
+        }
+    )
+    deferred = [
+        o
+        for o in objects
+        if o.action.dry_runs
+        and (
+            (o.apiVersion, o.kind) in pending
+            or (o.namespaced and o.namespace in new_namespaces and o.kind != "Namespace")
+        )
+    ]
+    later = {o.id for o in deferred}
+    asked = [o for o in objects if o.id not in later and _dry_runnable(o)]
+
+    def one(obj: ObjectPlan) -> str | None:
+        try:
+            _dry_run(obj, cluster, plan, saved=saved, configs=configs or {})
+        except StalePlan:
+            raise
+        except ReconcileError as e:
+            return f"{obj.id}: {getattr(e, 'message', '') or e}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=DRY_RUNS_AT_ONCE) as pool:
+        refused = [r for r in pool.map(one, asked) if r is not None]
+    return DryRun(tuple(refused), tuple(deferred))
 
 
-def _preflight(
-    objects: Iterable[ObjectPlan],
-    plan: Plan,
+def _dry_runnable(obj: ObjectPlan) -> bool:
+    if obj.action.dry_runs:
+        return True
+    # A Node is never pruned, whatever a plan says: apply refuses it without asking.
+    return (obj.apiVersion, obj.kind) not in NEVER_PRUNED
+
+
+def _dry_run(
+    obj: ObjectPlan,
     cluster: ObjectApi,
+    plan: Plan,
     *,
     saved: bool,
     configs: Mapping[ObjectId, dict[str, Any]],
-) -> list[str]:
-    problems = []
-    pending = _pending_kinds(plan, cluster)
-    for obj in objects:
-        if not obj.action.dry_runs or (obj.apiVersion, obj.kind) in pending:
-            continue
-        try:
-            cluster.apply_object(
-                obj.resource,
-                _body(obj, precondition=saved, configs=configs),
-                dry_run=True,
-                force=plan.forceConflicts or bool(obj.takenFrom),
-            )
-        except NotFound as e:
-            if obj.action is ObjectAction.UPDATE or "namespaces" not in e.message:
-                problems.append(f"{obj.id}: {e.message}")
-            # else: its namespace is created first by this same apply
-        except ReconcileError as e:
-            problems.append(f"{obj.id}: {getattr(e, 'message', '') or e}")
-    return problems
+) -> None:
+    if not obj.action.dry_runs:
+        # A delete that finds the object gone is what deleting wanted.
+        cluster.delete_object(obj.resource, obj.namespace, obj.name, dry_run=True)
+        return
+    cluster.apply_object(
+        obj.resource,
+        _body(obj, precondition=saved, configs=configs),
+        dry_run=True,
+        force=plan.forceConflicts or bool(obj.takenFrom),
+    )
 
 
 def _pending_kinds(plan: Plan, cluster: ObjectApi) -> dict[tuple[str, str], CustomKind]:
@@ -111,6 +182,56 @@ def _pending_kinds(plan: Plan, cluster: ObjectApi) -> dict[tuple[str, str], Cust
     }
 
 
+def apply_staged(
+    plan: Plan,
+    staged: Iterable[ObjectPlan],
+    cluster: ObjectApi,
+    *,
+    configs: Mapping[ObjectId, dict[str, Any]] | None = None,
+    served_wait: float = 60.0,
+) -> tuple[ObjectResult, ...]:
+    """The staged objects written (recorded in the inventory first), then, for every kind
+    of the plan they make served, a wait (up to `served_wait` seconds) until its CRD is
+    Established and discovery serves it: custom resources sent in the first moments after
+    their CRD is created may skip validation (kubernetes/kubernetes#104090). The results;
+    one with an error stops the apply."""
+    staged = list(staged)
+    if not staged:
+        return ()
+    pending = _pending_kinds(plan, cluster)
+    try:
+        _record_before_creating(plan, cluster, among=staged)
+    except ReconcileError as e:
+        return (ObjectResult(f"ConfigMap/{INVENTORY_NAMESPACE}/{INVENTORY_NAME}", error=str(e)),)
+    results = []
+    for obj in staged:
+        try:
+            results.append(
+                _apply_object(obj, cluster, configs or {}, saved=False, force=plan.forceConflicts)
+            )
+        except ReconcileError as e:
+            return (*results, ObjectResult(obj.id, error=getattr(e, "message", "") or str(e)))
+    for key, kind in pending.items():
+        try:
+            custom.wait_served(kind, cluster, timeout=served_wait)
+        except ReconcileError as e:
+            waiting = next(o for o in plan.objects if (o.apiVersion, o.kind) == key)
+            return (*results, ObjectResult(waiting.id, error=str(e)))
+    return tuple(results)
+
+
+def preflight_objects(
+    plan: Plan,
+    cluster: ObjectApi,
+    *,
+    saved: bool,
+    configs: Mapping[ObjectId, dict[str, Any]] | None = None,
+) -> list[str]:
+    """The problems the server's dry run of the plan's objects finds (dry_run_objects);
+    what it cannot dry-run yet is left out."""
+    return list(dry_run_objects(plan, cluster, saved=saved, configs=configs).refused)
+
+
 def apply_objects(
     plan: Plan,
     cluster: ObjectApi,
@@ -119,25 +240,32 @@ def apply_objects(
     configs: Mapping[ObjectId, dict[str, Any]] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     served_wait: float = 60.0,
+    done: Iterable[ObjectResult] = (),
 ) -> tuple[ObjectResult, ...]:
     """Apply creates and updates in kind order, then prunes in reverse; then the inventory.
 
     Every object about to be created is recorded in the inventory first: an apply that
     stops half-way never leaves an object that a later --prune cannot find. `configs`
     holds, by object id, the configuration of objects the plan holds only by digest
-    (`objects.plan.desired_configs`).
+    (`objects.plan.desired_configs`). `done` is what apply_staged wrote already: kept
+    in place among the results, not written again.
 
-    The first custom resource of a kind a CRD of the plan defines, not served yet, waits
-    (up to `served_wait` seconds) until that CRD is established and its kind served; then
-    every object left is dry-run, and if the server would reject any, none is applied."""
+    Called without staging first (watch), the first custom resource of a kind a CRD of
+    the plan defines, not served yet, waits (up to `served_wait` seconds) until that CRD
+    is established and its kind served; then every object left is dry-run, and if the
+    server would reject any, none is applied."""
     inventory_id = f"ConfigMap/{INVENTORY_NAMESPACE}/{INVENTORY_NAME}"
+    written = {r.id: r for r in done}
     try:
         _record_before_creating(plan, cluster)
     except ReconcileError as e:
-        return (ObjectResult(inventory_id, error=str(e)),)
+        return (*written.values(), ObjectResult(inventory_id, error=str(e)))
     results: list[ObjectResult] = []
     pending = _pending_kinds(plan, cluster)
     for index, obj in enumerate(plan.objects):
+        if obj.id in written:
+            results.append(written[obj.id])
+            continue
         if should_stop():
             return tuple(results)  # the rest, and the inventory, wait for the next run
         waited = pending.pop((obj.apiVersion, obj.kind), None)
@@ -182,14 +310,18 @@ def _await_served(
         custom.wait_served(waited, cluster, timeout=timeout)
     except ReconcileError as e:
         return [ObjectResult(rest[0].id, error=str(e))]
-    problems = _preflight(rest, plan, cluster, saved=saved, configs=configs)
+    problems = dry_run_objects(
+        plan, cluster, saved=saved, configs=configs, only=rest, after_staging=True
+    ).refused
     return [ObjectResult(p.partition(": ")[0], error=p.partition(": ")[2]) for p in problems]
 
 
-def _record_before_creating(plan: Plan, cluster: ObjectApi) -> None:
+def _record_before_creating(
+    plan: Plan, cluster: ObjectApi, *, among: Iterable[ObjectPlan] | None = None
+) -> None:
     new = {
         inventory_entry(o.apiVersion, o.kind, o.namespace, o.name)
-        for o in plan.objects
+        for o in (plan.objects if among is None else among)
         if o.action.creates
     }
     if not new:

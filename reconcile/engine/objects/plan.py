@@ -260,6 +260,7 @@ def _object_plan(
     version: str | None = None,
     changes: Iterable[FieldChange] = (),
     taken_from: tuple[str, ...] = (),
+    checked_offline: bool = False,
 ) -> ObjectPlan:
     changes = _marked(changes, is_sensitive=target.sensitive)
     return ObjectPlan(
@@ -276,6 +277,7 @@ def _object_plan(
         takenFrom=taken_from or None,
         manifest=None if target.sensitive else target.config,
         manifestDigest=sensitive.manifest_digest(target.config) if target.sensitive else None,
+        checkedOffline=checked_offline or None,
     )
 
 
@@ -339,11 +341,12 @@ def _plan_create(
                 kind="not-dry-run",
                 subject=target.id,
                 message=(
-                    f"not dry-run: the API server does not serve {target.resource.api_version} "
-                    f"{target.resource.kind} until CustomResourceDefinition "
-                    f"{target.resource.plural}.{target.resource.group} in desired/ is applied; "
-                    f"checked offline against its schema, and dry-run by apply once it is "
-                    f"established ({target.manifest.source})"
+                    f"checked offline only (not dry-run): the API server does not serve "
+                    f"{target.resource.api_version} {target.resource.kind} until "
+                    f"CustomResourceDefinition {target.resource.plural}.{target.resource.group} "
+                    f"in desired/ is applied; apply writes that CRD first, waits until it is "
+                    f"established, and dry-runs this before writing anything else "
+                    f"({target.manifest.source})"
                 ),
             )
         )
@@ -376,7 +379,10 @@ def _plan_create(
                 _finding("object-invalid", target, e.message or str(e), error=e)
             )
             return
-    planning.objects.append(_object_plan(target, ObjectAction.CREATE))
+    offline = target.pending or (
+        target.resource.namespaced and target.namespace in declared_namespaces
+    )
+    planning.objects.append(_object_plan(target, ObjectAction.CREATE, checked_offline=offline))
 
 
 # The field managers kubectl writes as when a person changes an object by hand, with or

@@ -385,11 +385,13 @@ class Cluster:
             "GET", f"/api/v1/nodes/{node_segment(name)}", decode=wire.node
         )
 
-    def patch_node(self, name: str, patch: dict[str, Any]) -> LiveNode:
-        """A JSON merge patch (null deletes); a resourceVersion in it is a precondition."""
+    def patch_node(self, name: str, patch: dict[str, Any], *, dry_run: bool = False) -> LiveNode:
+        """A JSON merge patch (null deletes); a resourceVersion in it is a precondition.
+        With `dry_run` (`dryRun=All`) the server checks it all and stores nothing."""
         return self.request(  # type: ignore[no-any-return]
             "PATCH",
             f"/api/v1/nodes/{node_segment(name)}",
+            query={"dryRun": "All" if dry_run else None},
             body=patch,
             content_type=MERGE_PATCH,
             decode=wire.node,
@@ -529,10 +531,17 @@ class Cluster:
         path = resource.path(namespace_segment(namespace) if namespace else "")
         return dict(self.request("POST", path, query={"fieldManager": FIELD_MANAGER}, body=body))
 
-    def delete_object(self, resource: ApiResource, namespace: str, name: str) -> bool:
-        """Delete; False when it was already gone (what deleting wanted, done by another)."""
+    def delete_object(
+        self, resource: ApiResource, namespace: str, name: str, *, dry_run: bool = False
+    ) -> bool:
+        """Delete; False when it was already gone (what deleting wanted, done by another).
+        With `dry_run` (`dryRun=All`) the server checks it and deletes nothing."""
         try:
-            self.request("DELETE", object_path(resource, namespace, name))
+            self.request(
+                "DELETE",
+                object_path(resource, namespace, name),
+                query={"dryRun": "All" if dry_run else None},
+            )
         except NotFound:
             return False
         return True

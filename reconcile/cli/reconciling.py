@@ -43,7 +43,7 @@ def validate(session: Session, output: Format) -> int:
     return EXIT_ERROR if diag.has_errors(problems) else EXIT_OK
 
 
-def _planning(**options: bool) -> PlanRequest:
+def _planning(**options: bool | str | None) -> PlanRequest:
     """The plan request argv asks for; each cluster's desired/ fills it in."""
     from reconcile.desired.models import DesiredState
     from reconcile.engine.operations import PlanRequest
@@ -70,7 +70,28 @@ def _prune_options(command: F) -> F:
     )(command)
 
 
+def _check_selector(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """-l SELECTOR parsed before anything is read (a ReconcileError, exit 2, when it does not)."""
+    if value is not None:
+        from reconcile.kube.selector import SelectorError
+        from reconcile.kube.selector import parse as parse_selector
+
+        try:
+            parse_selector(value)
+        except SelectorError as e:
+            raise diag.ReconcileError(f"--selector {value!r}: {e}") from None
+    return value
+
+
 def _object_options(command: F) -> F:
+    command = click.option(
+        "-l",
+        "--selector",
+        metavar="SELECTOR",
+        callback=_check_selector,
+        help="Only the nodes whose live labels it selects (kubectl's -l): their facts are "
+        "planned and applied, the other nodes left as they are. Objects are not affected.",
+    )(command)
     command = click.option(
         "--timeout",
         default="5m",
@@ -121,7 +142,7 @@ def plan(
     show_owner: bool,
     timeout: float,
     clusters: tuple[str, ...],
-    **options: bool,
+    **options: bool | str | None,
 ) -> int:
     """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`
     (and `<kind>/<namespace>/<name> <field> <value>` for workload objects). In a fleet,
@@ -194,7 +215,7 @@ def apply(
     parallel: int,
     timeout: float,
     clusters: tuple[str, ...],
-    **options: bool,
+    **options: bool | str | None,
 ) -> int:
     """Fix the drift: one PATCH per drifted node, then server-side apply of the workload
     objects in kind order. Prints exactly the lines it changed.

@@ -212,9 +212,13 @@ class PlanOptions(_Frozen):
     allowMissingNodes: bool = False
     # A NoExecute taint that evicts running pods is a warning, not a finding that stops apply.
     allowEvictions: bool = False
+    # Only the nodes whose live labels this selector selects (-l, kubectl's; terraform's
+    # -target): their facts planned and applied, the others left as they are. Objects are
+    # not affected. None: every node.
+    selector: str | None = None
 
     @classmethod
-    def of(cls, **flags: bool) -> PlanOptions:
+    def of(cls, **flags: bool | str | None) -> PlanOptions:
         """The options from the command line's parameters (`allow_empty_prune=True`)."""
         return cls(**{to_camel(name): value for name, value in flags.items()})
 
@@ -262,7 +266,8 @@ class _PlanContent(_Frozen):
     inventory: tuple[str, ...] | None = None
     # An HMAC-SHA256 of `digest` under the plan key (RECONCILE_PLAN_KEY), when one was set.
     signature: str | None = None
-    _omitted_when_none = ("signature",)
+    # A plan of every node says no selector at all (a plan saved before -l reads the same).
+    _omitted_when_none = ("signature", "selector")
 
 
 class Plan(_PlanContent, PlanOptions, _PlanOrigin):

@@ -148,9 +148,16 @@ def check_origin(
     for field in PlanOptions.model_fields:
         planned, given = getattr(plan, field), getattr(options, field)
         if planned != given:
+            flag = PlanOptions.flag(field)
+            if isinstance(planned, str) or isinstance(given, str):
+                raise PlanRefused(
+                    f"the plan was planned with {flag} {planned or '(none)'}, and apply was given "
+                    f"{given or 'none'}: a saved plan is applied with the options it was planned "
+                    "with. Nothing was applied"
+                )
             said = "was planned with" if planned else "was planned without"
             raise PlanRefused(
-                f"the plan {said} {PlanOptions.flag(field)}, and apply {'was not' if planned else 'was'} given it: "
+                f"the plan {said} {flag}, and apply {'was not' if planned else 'was'} given it: "
                 "a saved plan is applied with the options it was planned with, so a plan file "
                 "alone never grants one. Nothing was applied"
             )

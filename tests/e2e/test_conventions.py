@@ -4,6 +4,7 @@ and an unknown command gets did-you-mean, at every level."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -165,3 +166,50 @@ def test_help_offers_only_the_formats_a_command_renders() -> None:
         refused.stderr
         == "error: reconcile placement does not render -o wide: use text, json, yaml\n"
     )
+
+
+def test_plan_and_apply_take_a_node_selector_and_a_saved_plan_records_it(
+    lab: TestCluster, workdir: Path
+) -> None:
+    node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"
+    node_file.write_text(node_file.read_text().replace('gpu.count: "4"', 'gpu.count: "8"'))
+    everything = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert everything.lines == [
+        "lab-node-0 nvidia.com/gpu.count 8",
+        "lab-node-1 nvidia.com/gpu.count 2",
+    ]
+    one = ["-l", "kubernetes.io/hostname=lab-node-1"]
+    planned = run_cli("plan", *one, cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert (planned.code, planned.lines) == (1, ["lab-node-1 nvidia.com/gpu.count 2"])
+
+    saved = workdir / "plan.json"
+    run_cli("plan", *one, "--out", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert json.loads(saved.read_text())["selector"] == "kubernetes.io/hostname=lab-node-1"
+    before = snapshot(lab)
+    unselected = run_cli("apply", str(saved), cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert unselected.code == 2
+    assert "planned with --selector kubernetes.io/hostname=lab-node-1" in unselected.stderr
+    assert snapshot(lab) == before
+
+    applied = run_cli("apply", *one, str(saved), cwd=workdir, kubeconfig=lab.kubeconfig)
+    assert (applied.code, applied.lines) == (0, ["lab-node-1 nvidia.com/gpu.count 2"])
+    assert lab.labels("lab-node-0")["nvidia.com/gpu.count"] == "4"  # not selected: left
+    rest = run_cli(
+        "apply", "-l", "nvidia.com/gpu.present=true", cwd=workdir, kubeconfig=lab.kubeconfig
+    )
+    assert rest.lines == ["lab-node-0 nvidia.com/gpu.count 8"]
+
+
+def test_a_selector_that_does_not_parse_is_refused_before_anything_is_asked(
+    sandbox_only: TestCluster, workdir: Path
+) -> None:
+    assert sandbox_only.sandbox is not None
+    sandbox_only.sandbox.clear_requests()
+    for command in ("plan", "apply"):
+        refused = run_cli(command, "-l", "a in (", cwd=workdir, kubeconfig=sandbox_only.kubeconfig)
+        assert refused.code == 2
+        assert refused.stderr.splitlines() == [
+            "error: --selector 'a in (': unable to parse requirement: found '', expected: ',', "
+            "')' or identifier"
+        ]
+    assert sandbox_only.sandbox.requests == []

@@ -281,6 +281,7 @@ OPTION_FLAGS = [
     ("recreate", "--recreate"),
     ("allowMissingNodes", "--allow-missing-nodes"),
     ("allowEvictions", "--allow-evictions"),
+    ("selector", "--selector"),
 ]
 
 
@@ -305,7 +306,7 @@ def test_a_plan_records_its_options_between_its_origin_and_its_changes() -> None
     ]
 
 
-@pytest.mark.parametrize(("field", "flag"), OPTION_FLAGS)
+@pytest.mark.parametrize(("field", "flag"), [o for o in OPTION_FLAGS if o[0] != "selector"])
 def test_a_saved_plan_needs_the_options_it_was_planned_with(field: str, flag: str) -> None:
     plan = Plan(cluster=CLUSTER, desiredDigest=TREE).model_copy(update={field: True})
     with pytest.raises(PlanRefused, match=f"was planned with {flag}, and apply was not given it"):
@@ -314,6 +315,20 @@ def test_a_saved_plan_needs_the_options_it_was_planned_with(field: str, flag: st
     with pytest.raises(PlanRefused, match=f"was planned without {flag}, and apply was given it"):
         saved.check_origin(
             Plan(cluster=CLUSTER, desiredDigest=TREE), CLUSTER, TREE, PlanOptions(**{field: True})
+        )
+
+
+def test_a_saved_plan_needs_the_selector_it_was_planned_with() -> None:
+    plan = Plan(cluster=CLUSTER, desiredDigest=TREE, selector="pool=a")
+    saved.check_origin(plan, CLUSTER, TREE, PlanOptions(selector="pool=a"))
+    for given, shown in ((None, "none"), ("pool=b", "pool=b")):
+        with pytest.raises(
+            PlanRefused, match=f"planned with --selector pool=a, and apply was given {shown}:"
+        ):
+            saved.check_origin(plan, CLUSTER, TREE, PlanOptions(selector=given))
+    with pytest.raises(PlanRefused, match=r"planned with --selector \(none\), and apply was given"):
+        saved.check_origin(
+            Plan(cluster=CLUSTER, desiredDigest=TREE), CLUSTER, TREE, PlanOptions(selector="x=y")
         )
 
 

@@ -10,6 +10,7 @@ writes: all that `--prune` may later remove.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Final
 
@@ -38,6 +39,7 @@ from reconcile.engine.plan import (
 )
 from reconcile.kube import labels
 from reconcile.kube.objects import LiveNode
+from reconcile.kube.selector import parse as parse_selector
 
 # Like nfd-master's nfd.node.kubernetes.io/feature-labels: the label keys this tool has set.
 INVENTORY_ANNOTATION: Final = LABEL_INVENTORY
@@ -183,6 +185,13 @@ def build_plan(
     prune = options.prune
     live = list(live)
     desired = resolve(desired, live)
+    if options.selector is not None:  # -l: the selected nodes only, by their live labels
+        chosen = parse_selector(options.selector)
+        live = [node for node in live if chosen.matches(node.labels)]
+        names = {node.name for node in live}
+        desired = dataclasses.replace(
+            desired, nodes={n: w for n, w in desired.nodes.items() if n in names}
+        )
     live_by_name = {node.name: node for node in live}
     nodes: list[NodePlan] = []
     missing: list[MissingNode] = []

@@ -233,7 +233,14 @@ def test_a_pruned_label_that_strands_a_workload_is_an_error_finding(
 # --- 4. a saved plan is bound to its cluster, its tree and its own content -----------------
 
 
+TRAINER = "/apis/apps/v1/namespaces/gpu-drv/deployments/trainer"
+
+
 def _saved(lab: TestCluster, workdir: Path, *args: str) -> Path:
+    """A saved plan, made once the trainer Deployment has settled (on a real cluster its
+    controller writes its status for a while, and any write makes the plan stale)."""
+    if lab.raw("GET", TRAINER)[0] == 200:
+        settled(lab, TRAINER)
     out = workdir / "plan.json"
     result = run_cli("plan", *args, "--out", str(out), cwd=workdir, kubeconfig=lab.kubeconfig)
     assert result.code in (0, 1, 2), result.stderr  # 2: an error finding, still saved
@@ -381,7 +388,6 @@ def test_a_resealed_plan_is_refused_change_by_change(
     """A plan edited by someone who recomputes its digest is refused: it is not what
     planning gives again, whatever its digest says."""
     _workloads_drift(workdir)
-    settled(lab, "/apis/apps/v1/namespaces/gpu-drv/deployments/trainer")
     path = _saved(lab, workdir, *args)
     _reseal(path, edit)
     if edit is _prune_kube_system:

@@ -524,6 +524,8 @@ def reset(cluster: TestCluster) -> None:
                 f"{collection.format(namespace=namespace)}?labelSelector={SEEDED}",
                 now,
             )
+    # The Events watch --correct records on nodes (in default): a test counts its own.
+    cluster.raw("DELETE", "/apis/events.k8s.io/v1/namespaces/default/events", now)
     # The rollouts' Leases (reconcile/gpu/lock.py), a dead holder's among them.
     cluster.raw(
         "DELETE",

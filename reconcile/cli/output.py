@@ -110,8 +110,11 @@ def node_line(
     node: str, change: NodeChange, *, show_owner: bool = False, wide: bool = False
 ) -> str:
     line = f"{node} {change.shown_key} {change.shown_value}"
-    if wide:  # `<node> <key> <value> <live> <owner>`
-        line = f"{line} {shown_value(change.before)} {change.owner or 'unknown'}"
+    if wide:  # `<node> <key> <live> <value> <owner>`
+        line = (
+            f"{node} {change.shown_key} {shown_value(change.before)} {change.shown_value} "
+            f"{change.owner or 'unknown'}"
+        )
     elif show_owner:
         line += f" {change.owner or 'unknown'}"
         if change.source:
@@ -120,18 +123,23 @@ def node_line(
 
 
 def object_lines(obj: ObjectPlan, *, wide: bool = False) -> list[str]:
-    """`<id> + ` to create, `<id> - ` to prune, else one line per changed field (with
-    `wide`, the live value after it, and the field manager that set it when another
-    did: `<id> <field> <value> <live> <manager>`)."""
+    """`<id> +` to create, `<id> -` to prune, else one line per changed field, as a node's
+    fact lines: `<id> <field> <value>`, `-` for a field removed (with `wide`, the live
+    value before the desired one and the field manager that set it last:
+    `<id> <field> <live> <value> <manager>`)."""
     if obj.action.glyph is not None:
-        return [f"{obj.id} {obj.action.glyph} "]
+        return [f"{obj.id} {obj.action.glyph}"]
     if not wide:
         return [f"{obj.id} {c.shown_path} {c.shown_value}" for c in obj.changes]
     return [
-        f"{obj.id} {c.shown_path} {c.shown_value} {c.shown_before}"
+        f"{obj.id} {c.shown_path} {c.shown_before} {c.shown_value}"
         + (f" {c.manager}" if c.manager else "")
         for c in obj.changes
     ]
+
+
+# The columns of `-o wide` (kubectl's header row): live before desired, who wrote it last.
+WIDE_HEADER: Final = "SUBJECT KEY LIVE DESIRED OWNER"
 
 
 def placement_line(result: Placement) -> str:

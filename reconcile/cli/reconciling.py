@@ -145,7 +145,7 @@ def plan(
     **options: bool | str | None,
 ) -> int:
     """Compare desired/ with the live cluster and print each drift as `<node> <key> <value>`
-    (and `<kind>/<namespace>/<name> <field> <value>` for workload objects). In a fleet,
+    (and `<kind>/<namespace>/<name> <field> <value>` (`<kind>/<name>` cluster-scoped) for workload objects). In a fleet,
     every cluster (or each --cluster), each line prefixed by the cluster's name."""
     from reconcile.app import reconciling
     from reconcile.app.session import plan_key

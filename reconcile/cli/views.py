@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar, cast
 
 from reconcile.cli.output import (
+    WIDE_HEADER,
     Format,
     Prefixed,
     audit_line,
@@ -270,14 +271,15 @@ class TextView(View):
         each_cluster(self, planned.outcomes, lambda view, p: view.plan(p, show_owner=show_owner))
 
     def plan(self, plan: Plan, *, show_owner: bool = False) -> None:
-        out, err = self.out, self.err
-        for node, change in plan.lines():
-            out.write(node_line(node, change, show_owner=show_owner, wide=self.wide) + "\n")
-        for obj in plan.objects:
-            out.writelines(line + "\n" for line in object_lines(obj, wide=self.wide))
-        # Out of sync too, though plain apply leaves them: each says that --prune removes it.
-        out.writelines(prune_line(p.node, p.key) + "\n" for p in plan.prunable)
-        out.writelines(prune_line(o) + "\n" for o in plan.prunableObjects)
+        err = self.err
+        lines = [
+            *(node_line(n, c, show_owner=show_owner, wide=self.wide) for n, c in plan.lines()),
+            *(line for obj in plan.objects for line in object_lines(obj, wide=self.wide)),
+            # Out of sync too, though plain apply leaves them: each says --prune removes it.
+            *(prune_line(p.node, p.key) for p in plan.prunable),
+            *(prune_line(o) for o in plan.prunableObjects),
+        ]
+        self._lines(lines)
         for missing in plan.missingNodes:
             err.write(_missing_note(missing) + "\n")
         _absent_notes(plan.absentNodes)
@@ -315,11 +317,23 @@ class TextView(View):
                 never,
             )
 
+    def _lines(self, lines: Sequence[str]) -> None:
+        """Drift lines on stdout; with `wide`, under kubectl's header row (none for none)."""
+        if self.wide and lines:
+            self.out.write(WIDE_HEADER + "\n")
+        self.out.writelines(line + "\n" for line in lines)
+
     def apply(self, result: ApplyResult) -> None:
-        for node, change in result.lines():
-            self.out.write(node_line(node, change, wide=self.wide) + "\n")
-        for obj in result.changed_objects():
-            self.out.writelines(line + "\n" for line in object_lines(obj, wide=self.wide))
+        self._lines(
+            [
+                *(node_line(n, c, wide=self.wide) for n, c in result.lines()),
+                *(
+                    line
+                    for obj in result.changed_objects()
+                    for line in object_lines(obj, wide=self.wide)
+                ),
+            ]
+        )
         _absent_notes(result.absentNodes)
         for node_result in result.nodes:
             if node_result.note:

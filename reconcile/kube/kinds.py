@@ -125,8 +125,9 @@ def apply_rank(kind: str) -> int:
 
 
 def workload_id(kind: str, namespace: str, name: str) -> str:
-    """`Pod/nfd-lab/a100-job`; a cluster-scoped object has an empty namespace field."""
-    return f"{kind}/{namespace}/{name}"
+    """`Pod/nfd-lab/a100-job`; a cluster-scoped object without the namespace, as kubectl
+    names it: `Namespace/nfd-lab`, `ClusterRole/viewer` (a name holds no `/`: unambiguous)."""
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
 
 
 class ObjectId(NamedTuple):

@@ -81,11 +81,11 @@ spec:
 """
 
 CREATES = [
-    "Namespace//crd-lab + ",
-    f"CustomResourceDefinition//gadgets.{GROUP} + ",
-    f"CustomResourceDefinition//widgets.{GROUP} + ",
-    "Gadget//free-form + ",
-    "Widget/crd-lab/small + ",
+    "Namespace/crd-lab +",
+    f"CustomResourceDefinition/gadgets.{GROUP} +",
+    f"CustomResourceDefinition/widgets.{GROUP} +",
+    "Gadget/free-form +",
+    "Widget/crd-lab/small +",
 ]
 
 
@@ -196,7 +196,7 @@ def test_a_crd_with_remaining_resources_is_not_pruned(empty: TestCluster, workdi
     )
     apply = run_cli("apply", "--prune", cwd=workdir, kubeconfig=empty.kubeconfig)
     assert apply.code == 2
-    assert f"CustomResourceDefinition//widgets.{GROUP}" in apply.stderr
+    assert f"CustomResourceDefinition/widgets.{GROUP}" in apply.stderr
     assert "Widget/crd-lab/theirs" in apply.stderr
     assert apply.stderr.count("error:") == 1, apply.stderr
     assert _objects(empty) == before

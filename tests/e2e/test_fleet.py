@@ -66,7 +66,7 @@ def fleet(tmp_path: Path, sandboxes: Any) -> tuple[Path, Path, dict[str, TestClu
 
 LAB_LINE = "lab lab-node-1 nvidia.com/gpu.count 2"
 DRIVER_LAB_LINES = [
-    'driver-lab Namespace//gpu-drv metadata.labels["app.kubernetes.io/managed-by"] reconcile',
+    'driver-lab Namespace/gpu-drv metadata.labels["app.kubernetes.io/managed-by"] reconcile',
     "driver-lab PodDisruptionBudget/gpu-drv/trainer-pdb metadata.labels "
     '{"app.kubernetes.io/managed-by":"reconcile","example.com/team":"driver-lab"}',
     "driver-lab Deployment/gpu-drv/trainer metadata.labels "
@@ -469,7 +469,7 @@ def _driver_lab_namespace_recreated(document: dict[str, Any], *, reseal: bool) -
         (
             True,
             "the fleet plan was refused (driver-lab: the plan is not what planning gives now: "
-            "Namespace//gpu-drv action recreate (planning gives update)",
+            "Namespace/gpu-drv action recreate (planning gives update)",
         ),
     ],
     ids=["edited", "resealed"],

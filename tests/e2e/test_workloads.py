@@ -12,17 +12,17 @@ from tests.conftest import ClusterFactory
 from tests.support import TestCluster, lab_objects, run_cli, wait_for
 
 WORKLOADS = [
-    "Namespace//gpu-drv + ",
-    "Namespace//nfd-lab + ",
-    "PodDisruptionBudget/gpu-drv/trainer-pdb + ",
-    "Pod/gpu-drv/cuda12-job + ",
-    "Pod/gpu-drv/cuda13-job + ",
-    "Pod/nfd-lab/a100-job + ",
-    "Pod/nfd-lab/any-gpu-job + ",
-    "Pod/nfd-lab/gt-job + ",
-    "Pod/nfd-lab/or-job + ",
-    "Pod/nfd-lab/train-a + ",
-    "Deployment/gpu-drv/trainer + ",
+    "Namespace/gpu-drv +",
+    "Namespace/nfd-lab +",
+    "PodDisruptionBudget/gpu-drv/trainer-pdb +",
+    "Pod/gpu-drv/cuda12-job +",
+    "Pod/gpu-drv/cuda13-job +",
+    "Pod/nfd-lab/a100-job +",
+    "Pod/nfd-lab/any-gpu-job +",
+    "Pod/nfd-lab/gt-job +",
+    "Pod/nfd-lab/or-job +",
+    "Pod/nfd-lab/train-a +",
+    "Deployment/gpu-drv/trainer +",
 ]
 
 
@@ -236,18 +236,18 @@ def test_prune_deletes_only_managed_objects_no_longer_declared(
     assert status == 200
 
     plan = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert "Pod/nfd-lab/a100-job - " not in plan.lines
+    assert "Pod/nfd-lab/a100-job -" not in plan.lines
     assert (
         "note: 1 object(s) applied by reconcile are no longer in desired/ (Pod/nfd-lab/a100-job)"
         in plan.stderr
     )
 
     pruning = run_cli("plan", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert pruning.lines[-1] == "Pod/nfd-lab/a100-job - "
+    assert pruning.lines[-1] == "Pod/nfd-lab/a100-job -"
 
     apply = run_cli("apply", "--prune", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert apply.code == 0, apply.stderr
-    assert apply.lines[-1] == "Pod/nfd-lab/a100-job - "
+    assert apply.lines[-1] == "Pod/nfd-lab/a100-job -"
     wait_for(  # graceful deletion: a real kubelet confirms it asynchronously
         lambda: lab.raw("GET", "/api/v1/namespaces/nfd-lab/pods/a100-job")[0] == 404,
         what="a100-job to go",
@@ -344,7 +344,7 @@ def test_saved_plan_with_objects_applies(lab: TestCluster, workdir: Path) -> Non
         ),
         (
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: nfd-lab\n",
-            "desired/workloads/nfd-lab.yaml:2:1: Namespace//nfd-lab is declared twice: first declared at desired/workloads/extra.yaml:1:1",
+            "desired/workloads/nfd-lab.yaml:2:1: Namespace/nfd-lab is declared twice: first declared at desired/workloads/extra.yaml:1:1",
         ),
     ],
 )

@@ -292,7 +292,7 @@ def test_a_resource_rejected_after_the_wait_stops_everything_after_it() -> None:
     cluster.apply_object = refusing_b  # type: ignore[method-assign]
     results = apply_objects(plan, cluster, saved=False)
     assert [(r.id, bool(r.error)) for r in results] == [
-        ("CustomResourceDefinition//widgets.example.com", False),
+        ("CustomResourceDefinition/widgets.example.com", False),
         ("Widget/default/b", True),
     ]
     assert not any("widgets/" in w[1] for w in cluster.writes)

@@ -769,7 +769,7 @@ def test_wide_object_lines_add_the_live_value() -> None:
     from reconcile.cli.output import object_lines
 
     assert object_lines(TRAINER_REPLICAS, wide=True) == [
-        "Deployment/gpu-drv/trainer spec.replicas 3 4"
+        "Deployment/gpu-drv/trainer spec.replicas 4 3"
     ]
     assert object_lines(TRAINER_REPLICAS) == ["Deployment/gpu-drv/trainer spec.replicas 3"]
 

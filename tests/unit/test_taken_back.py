@@ -82,7 +82,7 @@ def test_a_field_a_person_changed_is_planned_as_taken_back_from_them(manager: st
     ]
     assert object_lines(obj) == ["ConfigMap/apps/settings data.mode single"]
     assert object_lines(obj, wide=True) == [
-        f"ConfigMap/apps/settings data.mode single mixed {manager}"
+        f"ConfigMap/apps/settings data.mode mixed single {manager}"
     ]
     document = obj.model_dump(mode="json")
     assert document["takenFrom"] == [manager]

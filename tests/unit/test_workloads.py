@@ -157,7 +157,7 @@ def test_a_node_listed_in_an_old_inventory_is_never_pruned() -> None:
         CONFIGMAPS, inventory_object(["v1 Node - gpu-1", "v1 ConfigMap apps kept"])
     )
     planning = _plan(cluster, _manifest("ConfigMap", "kept"), prune=True)
-    assert planning.never_pruned == ["Node//gpu-1"]
+    assert planning.never_pruned == ["Node/gpu-1"]
     assert [o.kind for o in planning.objects] == ["ConfigMap"]  # the create of `kept`
     assert planning.inventory == ("v1 ConfigMap apps kept",)
 
@@ -171,7 +171,7 @@ def test_a_namespace_is_not_pruned_while_it_holds_objects_reconcile_does_not_man
 
     planning = _plan(cluster, kept, prune=True)
     [finding] = planning.findings
-    assert (finding.kind, finding.subject) == ("prune-namespace-not-empty", "Namespace//apps")
+    assert (finding.kind, finding.subject) == ("prune-namespace-not-empty", "Namespace/apps")
     assert "holds 1 object(s) reconcile does not manage (1 ConfigMap)" in finding.message
 
     assert _plan(cluster, kept, prune=True, prune_namespace_contents=True).findings == []

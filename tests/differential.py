@@ -32,7 +32,7 @@ VERDICTS: Final = DATA / "verdicts.json"
 NAMESPACE: Final = "differential"
 SEED: Final = 45
 # Cases sampled per rule and CRD (after the walk), and how deep the walk goes below spec.
-PER_RULE: Final = 3
+PER_RULE: Final = 4
 DEPTH: Final = 7
 UNKNOWN: Final = "zzUnknownField"
 
@@ -61,7 +61,7 @@ class Crd:
 
     @property
     def namespaced(self) -> bool:
-        return self.document["spec"]["scope"] == "Namespaced"
+        return bool(self.document["spec"]["scope"] == "Namespaced")
 
     @property
     def version(self) -> dict[str, Any]:
@@ -100,9 +100,7 @@ def crds() -> tuple[Crd, ...]:
     found = []
     for entry in manifest["crds"]:
         document = yaml.load((DATA / entry["file"]).read_text(), Loader=yaml.CSafeLoader)
-        found.append(
-            Crd(entry["file"], entry["repo"], entry["path"], entry["commit"], document)
-        )
+        found.append(Crd(entry["file"], entry["repo"], entry["path"], entry["commit"], document))
     return tuple(found)
 
 
@@ -154,7 +152,7 @@ def _matches(schema: dict[str, Any], text: str) -> bool:
             return False
     if len(text) > schema.get("maxLength", len(text)):
         return False
-    return len(text) >= schema.get("minLength", 0)
+    return len(text) >= int(schema.get("minLength", 0))
 
 
 def valid_string(schema: dict[str, Any]) -> str | None:
@@ -212,9 +210,7 @@ _SEGMENT: Final = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
 def parse_path(text: str) -> Path_:
-    return tuple(
-        name if name else int(index) for name, index in _SEGMENT.findall(text)
-    )
+    return tuple(name if name else int(index) for name, index in _SEGMENT.findall(text))
 
 
 def show_path(path: Path_) -> str:
@@ -249,13 +245,12 @@ def set_at(body: dict[str, Any], schema: dict[str, Any], path: Path_, value: Jso
                 node[part] = value
             elif not isinstance(node[part], (dict, list)):
                 node[part] = synth(child_schema)
-        else:
-            if last:
-                node[part] = value
-            elif not isinstance(node.get(part), (dict, list)):
-                node[part] = synth(child_schema)
-                if isinstance(path[depth + 1], int) and not isinstance(node[part], list):
-                    node[part] = []
+        elif last:
+            node[part] = value
+        elif not isinstance(node.get(part), (dict, list)):
+            node[part] = synth(child_schema)
+            if isinstance(path[depth + 1], int) and not isinstance(node[part], list):
+                node[part] = []
         if not last:
             node = node[part]
             node_schema = child_schema
@@ -271,7 +266,9 @@ def unset_at(body: dict[str, Any], path: Path_) -> None:
 # -- the walk ---------------------------------------------------------------------------
 
 
-def _walk(schema: dict[str, Any], path: Path_, depth: int) -> Iterator[tuple[Path_, dict[str, Any]]]:
+def _walk(
+    schema: dict[str, Any], path: Path_, depth: int
+) -> Iterator[tuple[Path_, dict[str, Any]]]:
     yield path, schema
     if depth >= DEPTH or schema.get("x-kubernetes-preserve-unknown-fields"):
         return
@@ -296,7 +293,7 @@ def _wrong_type(schema: dict[str, Any]) -> Json:
         "boolean": "yes",
         "object": "an object",
         "array": {"an": "array"},
-    }.get(str(schema.get("type")), None)
+    }.get(str(schema.get("type")))
 
 
 def _mutations(schema: dict[str, Any], path: Path_) -> Iterator[tuple[str, Path_, Json]]:
@@ -307,7 +304,9 @@ def _mutations(schema: dict[str, Any], path: Path_) -> Iterator[tuple[str, Path_
         yield "type", path, wrong
     if "enum" in schema and kind == "string":
         yield "enum", path, "zz-not-in-enum"
-    if isinstance(schema.get("pattern"), str) and (kind == "string" or schema.get("x-kubernetes-int-or-string")):
+    if isinstance(schema.get("pattern"), str) and (
+        kind == "string" or schema.get("x-kubernetes-int-or-string")
+    ):
         yield "pattern", path, "!! not a match !!"
         good = valid_string({k: v for k, v in schema.items() if k not in ("enum", "default")})
         if good is not None:
@@ -336,10 +335,16 @@ def _mutations(schema: dict[str, Any], path: Path_) -> Iterator[tuple[str, Path_
         if list_type == "map":
             yield "list-map", path, [item, copy.deepcopy(item)]
         if "maxItems" in schema:
-            yield "maxItems", path, [copy.deepcopy(item) for _ in range(int(schema["maxItems"]) + 1)]
+            yield (
+                "maxItems",
+                path,
+                [copy.deepcopy(item) for _ in range(int(schema["maxItems"]) + 1)],
+            )
         if schema.get("minItems", 0) > 0:
             yield "minItems", path, []
     if kind == "object" or "properties" in schema:
+        if path:
+            yield "valid-object", path, synth(schema)
         if schema.get("properties") and not schema.get("x-kubernetes-preserve-unknown-fields"):
             value = synth(schema)
             value[UNKNOWN] = "x"
@@ -349,7 +354,11 @@ def _mutations(schema: dict[str, Any], path: Path_) -> Iterator[tuple[str, Path_
             value.pop(key, None)
             yield "required", path, value
         if "maxProperties" in schema:
-            yield "maxProperties", path, {f"k{i}": "v" for i in range(int(schema["maxProperties"]) + 1)}
+            yield (
+                "maxProperties",
+                path,
+                {f"k{i}": "v" for i in range(int(schema["maxProperties"]) + 1)},
+            )
         if schema.get("minProperties", 0) > 0:
             yield "minProperties", path, {}
     if "default" in schema and not schema.get("nullable") and path:
@@ -362,7 +371,12 @@ def _body(crd: Crd, spec: dict[str, Any], name: str) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name}
     if crd.namespaced:
         metadata["namespace"] = NAMESPACE
-    return {"apiVersion": crd.api_version, "kind": crd.names["kind"], "metadata": metadata, **copy.deepcopy(spec)}
+    return {
+        "apiVersion": crd.api_version,
+        "kind": crd.names["kind"],
+        "metadata": metadata,
+        **copy.deepcopy(spec),
+    }
 
 
 @functools.cache
@@ -483,7 +497,11 @@ def offline_verdicts(root: Path, cases: list[Case] | tuple[Case, ...]) -> dict[s
     for item in report["diagnostics"]:
         if item["severity"] != "error":
             continue
-        file = str(Path(item["file"]).relative_to(root)) if Path(item["file"]).is_absolute() else item["file"]
+        file = (
+            str(Path(item["file"]).relative_to(root))
+            if Path(item["file"]).is_absolute()
+            else item["file"]
+        )
         file = file[file.index("desired/") :] if "desired/" in file else file
         errors.setdefault(file, []).append(item["summary"])
     verdicts: dict[str, Verdict] = {}
@@ -539,18 +557,23 @@ class Server:
         query = "?fieldManager=kubectl&force=true" + ("&dryRun=All" if dry_run else "")
         return self.request("PATCH", path + query, body, "application/apply-patch+yaml")
 
-    def install(self, selected: list[Crd] | tuple[Crd, ...], timeout: float = 120) -> None:
-        """Create (or update) the CRDs for real and wait until each is Established, then the
+    def install(self, selected: list[Crd] | tuple[Crd, ...], timeout: float = 120) -> list[str]:
+        """Create (or update) the CRDs for real and wait until each is Established, and the
         namespace of the namespaced cases (VERDICTS.md: a resource sent in the first moments
-        after its CRD is created may skip validation)."""
+        after its CRD is created may skip validation); the paths of what was not there."""
         import time
 
+        created = []
         for crd in selected:
             name = crd.document["metadata"]["name"]
+            if self.request("GET", f"{CRD_PATH}/{name}")[0] == 404:
+                created.append(f"{CRD_PATH}/{name}")
             status, body = self.apply(f"{CRD_PATH}/{name}", crd.document, dry_run=False)
             if status >= 300:
                 raise RuntimeError(f"CRD {name} refused: {body}")
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        if self.request("GET", f"/api/v1/namespaces/{NAMESPACE}")[0] == 404:
+            created.append(f"/api/v1/namespaces/{NAMESPACE}")
         self.apply(f"/api/v1/namespaces/{NAMESPACE}", namespace, dry_run=False)
         deadline = time.monotonic() + timeout
         for crd in selected:
@@ -570,6 +593,12 @@ class Server:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{crd.names['plural']} not served")
                 time.sleep(0.2)
+        return created
+
+    def uninstall(self, created: list[str]) -> None:
+        """Delete what `install` created (the server finishes it in the background)."""
+        for path in created:
+            self.request("DELETE", path)
 
     def verdict(self, case: Case) -> Verdict:
         status, body = self.apply(f"{_collection(case.crd)}/{case.name}", case.body, dry_run=True)
@@ -583,7 +612,9 @@ class Server:
             return Verdict("refuse", message)
         raise RuntimeError(f"{case.id}: HTTP {status}: {message}")
 
-    def verdicts(self, cases: list[Case] | tuple[Case, ...], workers: int = 8) -> dict[str, Verdict]:
+    def verdicts(
+        self, cases: list[Case] | tuple[Case, ...], workers: int = 8
+    ) -> dict[str, Verdict]:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers) as pool:

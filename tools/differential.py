@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests import differential as d  # noqa: E402
+from tests import differential as d
 
 
 def kubectl_verdicts(kubeconfig: str, cases: tuple[d.Case, ...]) -> dict[str, d.Verdict]:
@@ -34,11 +34,25 @@ def kubectl_verdicts(kubeconfig: str, cases: tuple[d.Case, ...]) -> dict[str, d.
     found = {}
     for case in cases:
         done = subprocess.run(
-            [kubectl, "--kubeconfig", kubeconfig, "apply", "--server-side", "--dry-run=server",
-             "--force-conflicts", "-f", "-"],
-            input=json.dumps(case.body), capture_output=True, text=True, check=False,
+            [
+                kubectl,
+                "--kubeconfig",
+                kubeconfig,
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--force-conflicts",
+                "-f",
+                "-",
+            ],
+            input=json.dumps(case.body),
+            capture_output=True,
+            text=True,
+            check=False,
         )
-        found[case.id] = d.Verdict("accept" if done.returncode == 0 else "refuse", done.stderr.strip())
+        found[case.id] = d.Verdict(
+            "accept" if done.returncode == 0 else "refuse", done.stderr.strip()
+        )
     return found
 
 

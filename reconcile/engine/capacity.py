@@ -87,6 +87,16 @@ class PodTemplate:
         return pod_requests(self.spec)
 
 
+_TEMPLATED: Final = frozenset(
+    ("Pod", "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob")
+)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """VALUE when it is an object; {} for what is not (validation refuses it elsewhere)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def pod_template(manifest: Mapping[str, Any]) -> PodTemplate | None:
     """The pod template of a Pod, Deployment, ReplicaSet, StatefulSet, DaemonSet, Job or
     CronJob manifest; None for other kinds."""
@@ -96,13 +106,15 @@ def pod_template(manifest: Mapping[str, Any]) -> PodTemplate | None:
     name = str(metadata.get("name", ""))
     identity = workload_id(kind, namespace, name)
     group = str(manifest.get("apiVersion", "")).rpartition("/")[0]
-    spec = manifest.get("spec") or {}
+    if kind not in _TEMPLATED:
+        return None  # any other kind's spec may be anything its schema allows, a string too
+    spec = _mapping(manifest.get("spec"))
     if kind == "Pod":
         labels_ = dict(metadata.get("labels") or {})
         return PodTemplate(identity, kind, namespace, spec, labels_, 1, group=group, name=name)
     if kind == "CronJob":
-        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
-    template = spec.get("template") or {}
+        spec = _mapping(_mapping(spec.get("jobTemplate")).get("spec"))
+    template = _mapping(spec.get("template"))
     if kind in ("Deployment", "ReplicaSet", "StatefulSet"):
         replicas = spec.get("replicas", 1)
     elif kind in ("Job", "CronJob"):

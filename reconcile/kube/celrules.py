@@ -769,6 +769,30 @@ def _unmodelled(schema: Mapping[str, Any], depth: int = 0) -> str:
     return ""
 
 
+def _holds_time(schema: Mapping[str, Any], value: Any, depth: int = 0) -> bool:
+    """Whether VALUE has a string where the schema's format makes it a CEL timestamp or
+    duration: only then is `self` out of reach (a schema that declares such a field is
+    modelled exactly for a value that leaves it out)."""
+    if isinstance(value, str):
+        return schema.get("type") == "string" and schema.get("format") in _TIME_FORMATS
+    if depth > 64:
+        return True
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for name, item in value.items():
+            sub = (properties or {}).get(name) if properties is not None else extra
+            if isinstance(sub, Mapping) and _holds_time(sub, item, depth + 1):
+                return True
+        return False
+    if isinstance(value, list):
+        items = schema.get("items")
+        return isinstance(items, Mapping) and any(
+            _holds_time(items, item, depth + 1) for item in value
+        )
+    return False
+
+
 # --- values as CEL sees them ---------------------------------------------------------------
 
 _RESERVED: Final = frozenset(
@@ -971,7 +995,7 @@ def _evaluate(node: Node, path: str, value: Any, old: Any, verdict: Verdict) -> 
         if rule.program is None:
             verdict.unchecked.append(Unchecked(shown, rule.text, rule.why))
             continue
-        if node.unmodelled:
+        if node.unmodelled and (_holds_time(schema, value) or _holds_time(schema, old)):
             verdict.unchecked.append(Unchecked(shown, rule.text, node.unmodelled))
             continue
         if not built:

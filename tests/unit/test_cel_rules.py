@@ -230,6 +230,50 @@ def test_a_rule_the_evaluator_cannot_evaluate_is_unchecked_named() -> None:
     assert all(u.field == "spec" and u.why for u in verdict.unchecked)
 
 
+def test_a_time_field_the_value_leaves_out_does_not_stop_the_rule() -> None:
+    """Kueue's ResourceFlavor: tolerations[].timeAdded is a date-time, and a flavor
+    without tolerations' timeAdded is judged; the v1.36 server's answer to the object."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "!has(self.topologyName) || self.nodeLabels.size() >= 1",
+                        "message": "at least one nodeLabel is required when topology is set",
+                    }
+                ],
+                "properties": {
+                    "nodeLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "topologyName": {"type": "string"},
+                    "tolerations": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "key": {"type": "string"},
+                                "timeAdded": {"type": "string", "format": "date-time"},
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    }
+    verdict = celrules.validate(
+        schema, {"spec": {"topologyName": "default", "tolerations": [{"key": "k"}]}}
+    )
+    assert [str(e) for e in verdict.errors] == [
+        'spec: Invalid value: "object": no such key: nodeLabels evaluating rule: '
+        "at least one nodeLabel is required when topology is set"
+    ]
+    assert verdict.unchecked == []
+    timed = {"topologyName": "default", "tolerations": [{"timeAdded": "2024-01-01T00:00:00Z"}]}
+    verdict = celrules.validate(schema, {"spec": timed})
+    assert verdict.errors == [] and [u.field for u in verdict.unchecked] == ["spec"]
+
+
 def test_the_environment_follows_the_server_version() -> None:
     rule = celrules.compile_rule("quantity(self) == quantity('1')", version=(1, 27))
     assert rule.program is None and "quantity" in rule.why

@@ -335,6 +335,15 @@ def test_pod_templates_of_every_workload_kind() -> None:
     assert capacity.pod_template({"kind": "ConfigMap", "metadata": {"name": "c"}}) is None
 
 
+def test_a_spec_that_is_not_an_object_has_no_pod_template() -> None:
+    """A custom resource's spec may be a string (its schema refuses it, not this), and a
+    workload's spec too: no pod template, never an internal error."""
+    gateway_class = {"kind": "GatewayClass", "metadata": {"name": "g"}, "spec": "an object"}
+    assert capacity.pod_template(gateway_class) is None
+    job = capacity.pod_template({"kind": "CronJob", "metadata": {"name": "j"}, "spec": "x"})
+    assert job is not None and job.spec == {}
+
+
 def _manifest(spec: dict[str, Any]) -> DesiredState:
     body = {
         "apiVersion": "v1",

@@ -46,6 +46,7 @@ COMMANDS: Final = {
     **dict.fromkeys(("sanitize", "audit", "drivers", "report", "upgrade", "rollout"), "gpu"),
     **dict.fromkeys(("placement", "import", "rbac", "schemas", "completion", "sandbox"), "toolbox"),
     "watch": "watching",
+    "nfd": "nfd",
 }
 
 

@@ -82,6 +82,8 @@ EXIT_CODES: Final = {
     "completion": "0",
     "schemas": "0 written or up to date, 1 --check: out of date, 2 error",
     "sandbox": "0 (with CMD: its code), 2 when it cannot start",
+    "nfd": "see each command",
+    "nfd eval": "0 evaluated, 2 an invalid rule or input",
 }
 
 

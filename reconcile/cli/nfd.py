@@ -1,0 +1,139 @@
+"""`reconcile nfd`: Node Feature Discovery's rules evaluated offline, as nfd-master would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from reconcile.app.session import Session
+from reconcile.cli.app import TEXT_AND_JSON, common_options, main, outputs, stdout
+from reconcile.cli.output import EXIT_OK, Format
+from reconcile.diagnostics import ReconcileError
+
+if TYPE_CHECKING:
+    from reconcile.nfd.master import NodeOutput
+
+
+@main.group("nfd")
+def nfd_group() -> None:
+    """Node Feature Discovery: what nfd-master writes to a node, from its rules."""
+
+
+def eval_document(found: NodeOutput) -> dict[str, Any]:
+    """The -o json document of `nfd eval` (its interface: keep it exactly)."""
+    return {
+        "labels": found.labels,
+        "annotations": found.annotations,
+        "taints": [t.document() for t in found.taints],
+        "extendedResources": found.extended_resources,
+        "rules": [{"rule": r.rule, "matched": r.matched} for r in found.rules],
+    }
+
+
+def _text(found: NodeOutput, node_labels: dict[str, str] | None, owned: set[str] | None) -> str:
+    lines: list[str] = []
+    for r in found.rules:
+        lines.append(f"rule {r.rule}: {'matched' if r.matched else 'not matched'}")
+        lines += ["  " + line for line in r.explanation]
+    lines.append("")
+    lines += [f"label {k}={v}" for k, v in found.labels.items()]
+    lines += [f"annotation {k}={v}" for k, v in found.annotations.items()]
+    lines += [f"taint {t.key}={t.value}:{t.effect}" for t in found.taints]
+    lines += [f"extendedResource {k}={v}" for k, v in found.extended_resources.items()]
+    lines += [f"ignored {why}" for why in found.rejected]
+    if node_labels is not None:
+        lines.append("")
+        for key, value in found.labels.items():
+            if key not in node_labels:
+                lines.append(f"+ {key}={value}")
+            elif node_labels[key] != value:
+                lines.append(f"~ {key}={value} (now {node_labels[key]!r})")
+        for key in sorted((owned or set()) - set(found.labels)):
+            if key in node_labels:
+                lines.append(f"- {key}")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+@nfd_group.command("eval")
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.option(
+    "--features",
+    "features_file",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="NODEFEATURE.yaml",
+    help="The node's nfd.k8s-sigs.io/v1alpha1 NodeFeature object.",
+)
+@click.option(
+    "--node-labels",
+    type=click.Path(path_type=Path, dir_okay=False),
+    metavar="LABELS.json",
+    help="The node's labels now (a JSON object, or a Node): text output adds what changes.",
+)
+@click.option("--extra-label-ns", multiple=True, metavar="NS", help="nfd-master -extra-label-ns.")
+@click.option("--deny-label-ns", multiple=True, metavar="NS", help="nfd-master -deny-label-ns.")
+@click.option("--label-whitelist", metavar="REGEXP", help="nfd-master -label-whitelist.")
+@click.option("--enable-taints", is_flag=True, help="nfd-master -enable-taints.")
+@click.argument(
+    "rule_files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False)
+)
+def nfd_eval(
+    session: Session,
+    output: Format,
+    features_file: Path,
+    node_labels: Path | None,
+    extra_label_ns: tuple[str, ...],
+    deny_label_ns: tuple[str, ...],
+    label_whitelist: str | None,
+    enable_taints: bool,
+    rule_files: tuple[Path, ...],
+) -> int:
+    """Evaluate NodeFeatureRule objects (RULES.yaml ...) against one node's NodeFeature, as
+    nfd-master does, and print what it would write to that node: labels, annotations,
+    taints and extended resources, and whether each rule matched.
+
+    Text output explains every term and expression: matched, or the value that failed.
+    A rule nfd-master cannot run (unknown operator, wrong value count, invalid RE2
+    pattern, bad template, a value its operator cannot compare) is one `error:` line
+    naming its file and rule.
+    """
+    from reconcile.cli.views import write_document
+    from reconcile.kube.regexp import compile_error
+    from reconcile.nfd import master, reading
+    from reconcile.nfd.model import RuleError
+
+    if label_whitelist is not None and (problem := compile_error(label_whitelist)):
+        raise ReconcileError(f"--label-whitelist: {problem}")
+    config = master.MasterConfig(
+        extra_label_ns=frozenset(extra_label_ns),
+        deny_label_ns=frozenset(deny_label_ns),
+        label_whitelist=label_whitelist,
+        enable_taints=enable_taints,
+    )
+    try:
+        node = reading.read_node_feature(features_file)
+        objects = reading.read_rules(list(rule_files))
+        labels = annotations = None
+        if node_labels is not None:
+            labels, annotations = reading.read_node_labels(node_labels)
+        found = master.evaluate(node, objects, config, explain=not output.document)
+    except RuleError as e:
+        raise ReconcileError(str(e)) from e
+    if output.document:
+        write_document(eval_document(found), stdout(), output)
+    else:
+        owned = None
+        if annotations is not None and "nfd.node.kubernetes.io/feature-labels" in annotations:
+            owned = set(
+                master.add_ns(
+                    dict.fromkeys(
+                        annotations["nfd.node.kubernetes.io/feature-labels"].split(","), ""
+                    ),
+                    master.FEATURE_NS,
+                )
+            ) - {f"{master.FEATURE_NS}/"}
+        stdout().write(_text(found, labels, owned))
+    return EXIT_OK

@@ -1,0 +1,92 @@
+"""The files `reconcile nfd eval` reads: a NodeFeature, NodeFeatureRules, a node's labels.
+
+YAML is read with desired/'s reader (YAML 1.1 as kubectl reads it, every value with its
+position); each problem is a RuleError naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from reconcile.desired.yamlpos import parse_yaml
+from reconcile.nfd.model import (
+    NodeFeature,
+    NodeFeatureRule,
+    RuleError,
+    parse_node_feature,
+    parse_node_feature_rule,
+)
+
+
+def _documents(path: Path) -> list[Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RuleError(f"{path}: cannot be read: {e}") from e
+    documents, problems = parse_yaml(text, str(path))
+    if problems:
+        raise RuleError(str(problems[0]))
+    found: list[Any] = []
+    for doc in documents:
+        data = doc.data
+        if isinstance(data, dict) and data.get("kind", "").endswith("List") and "items" in data:
+            found.extend(data["items"] or [])
+        else:
+            found.append(data)
+    return found
+
+
+def read_node_feature(path: Path) -> NodeFeature:
+    """The one NodeFeature object of `path` (several are merged as nfd-master merges a
+    node's objects: the first's labels under the others')."""
+    objects = [parse_node_feature(d, str(path)) for d in _documents(path)]
+    if not objects:
+        raise RuleError(f"{path}: holds no NodeFeature object")
+    first = objects[0]
+    for other in objects[1:]:
+        for name, flags in other.features.flags.items():
+            if flags is not None:
+                first.features.flags[name] = (first.features.flags.get(name) or set()) | flags
+            else:
+                first.features.flags.setdefault(name, None)
+        for name, attrs in other.features.attributes.items():
+            if attrs is not None:
+                first.features.attributes[name] = {
+                    **(first.features.attributes.get(name) or {}),
+                    **attrs,
+                }
+            else:
+                first.features.attributes.setdefault(name, None)
+        for name, instances in other.features.instances.items():
+            if instances is not None:
+                first.features.instances[name] = [
+                    *(first.features.instances.get(name) or []),
+                    *instances,
+                ]
+            else:
+                first.features.instances.setdefault(name, None)
+        first.labels.update(other.labels)
+    return first
+
+
+def read_rules(paths: list[Path]) -> list[NodeFeatureRule]:
+    """Every NodeFeatureRule in `paths` (other kinds are refused)."""
+    return [parse_node_feature_rule(d, str(p)) for p in paths for d in _documents(p)]
+
+
+def read_node_labels(path: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """(labels, annotations) from a JSON file: a labels object, or a Node object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RuleError(f"{path}: not a JSON object of labels: {e}") from e
+    annotations: dict[str, Any] = {}
+    if isinstance(data, dict) and data.get("kind") == "Node":
+        meta = data.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        data = meta.get("labels") or {}
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise RuleError(f"{path}: not a JSON object of labels (string values) or a Node")
+    return dict(data), {str(k): str(v) for k, v in annotations.items()}

@@ -17,7 +17,7 @@ pkg/apis/nfd/validate/validate.go.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -245,25 +245,27 @@ def evaluate(
             features.insert_attributes(BACKREF_DOMAIN, BACKREF_FEATURE, out.vars)
     merged = add_ns(node.labels, FEATURE_NS)
     merged.update(labels)
-    written: dict[str, str] = {}
-    for key, value in merged.items():
-        try:
-            written[key] = master.label(key, value, features)
-        except ValueError as e:
-            master.rejected.append(f"label {key}: {e}")
-    written_er: dict[str, str] = {}
-    for key, value in extended.items():
-        try:
-            written_er[key] = master.extended_resource(key, value, features)
-        except ValueError as e:
-            master.rejected.append(f"extended resource {key}: {e}")
-    written_annotations: dict[str, str] = {}
-    for key, value in annotations.items():
-        try:
-            master.annotation(key, value)
-            written_annotations[key] = value
-        except ValueError as e:
-            master.rejected.append(f"annotation {key}: {e}")
+
+    def kept(items: dict[str, str], check: Callable[[str, str], str], what: str) -> dict[str, str]:
+        """What nfd-master writes of `items` (each value as `check` gives it); the rest
+        rejected, with why."""
+        written: dict[str, str] = {}
+        for key, value in items.items():
+            try:
+                written[key] = check(key, value)
+            except ValueError as e:
+                master.rejected.append(f"{what} {key}: {e}")
+        return written
+
+    def annotation(key: str, value: str) -> str:
+        master.annotation(key, value)
+        return value
+
+    written = kept(merged, lambda k, v: master.label(k, v, features), "label")
+    written_er = kept(
+        extended, lambda k, v: master.extended_resource(k, v, features), "extended resource"
+    )
+    written_annotations = kept(annotations, annotation, "annotation")
     written_taints: list[Taint] = []
     if master.config.enable_taints:
         for taint in taints:

@@ -22,7 +22,7 @@ from reconcile.cli.app import (
     progress_bar,
 )
 from reconcile.cli.fleets import cluster_option
-from reconcile.cli.output import EXIT_ERROR, EXIT_OK, Format, plan_exit
+from reconcile.cli.output import EXIT_ERROR, EXIT_OK, Format, log, plan_exit
 
 if TYPE_CHECKING:
     from reconcile.engine.operations import PlanRequest
@@ -38,9 +38,25 @@ def validate(session: Session, output: Format) -> int:
     from reconcile.app.targets import load_tree
     from reconcile.cli.views import view_for
 
-    problems = load_tree(session, coverage_check=True).problems
+    loaded = load_tree(session, coverage_check=True)
+    problems = loaded.problems
     view_for(output).validation(problems)
-    return EXIT_ERROR if diag.has_errors(problems) else EXIT_OK
+    if diag.has_errors(problems):
+        return EXIT_ERROR
+    # A clean run says so in one line (stderr; -q silences it), as terraform validate does.
+    trees = list(loaded.fleet.trees.values()) if loaded.fleet is not None else [loaded.state]
+    warnings = sum(1 for p in problems if p.severity is diag.Severity.WARNING)
+    log.info(
+        "%s is valid: %s%d node(s), %d group(s), %d object(s), %d support-matrix row(s)%s",
+        session.desired,
+        f"{len(trees)} cluster(s), " if loaded.fleet is not None else "",
+        sum(len(t.nodes) for t in trees),
+        sum(len(t.groups) for t in trees),
+        sum(len(t.manifests) for t in trees),
+        sum(len(t.matrix) for t in trees),
+        f"; {warnings} warning(s) above" if warnings else "",
+    )
+    return EXIT_OK
 
 
 def _planning(**options: bool | str | None) -> PlanRequest:

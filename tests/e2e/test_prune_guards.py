@@ -196,6 +196,8 @@ def test_validate_warns_about_a_namespace_desired_does_not_create(workdir: Path)
         "desired/workloads/nfd-lab.yaml:6:14: warning: namespace nfd-lab is not created by "
         "desired/: 5 object(s) here live in it, so it must already exist in the cluster "
         "(`reconcile plan` checks); declare a Namespace document to manage it\n"
+        "note: desired is valid: 3 node(s), 0 group(s), 10 object(s), 3 support-matrix "
+        "row(s); 1 warning(s) above\n"
     )
 
 

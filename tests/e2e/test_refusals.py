@@ -107,7 +107,14 @@ def test_validate_prints_every_problem_with_its_position(workdir: Path) -> None:
 
 def test_validate_passes_on_the_shipped_desired_state(workdir: Path) -> None:
     result = run_cli("validate", cwd=workdir)
-    assert (result.code, result.stdout, result.stderr) == (0, "", "")
+    # A clean run says so in one line on stderr, as terraform validate does; -q silences it.
+    assert (result.code, result.stdout, result.stderr) == (
+        0,
+        "",
+        "note: desired is valid: 3 node(s), 0 group(s), 11 object(s), 3 support-matrix row(s)\n",
+    )
+    quiet = run_cli("validate", "-q", cwd=workdir)
+    assert (quiet.code, quiet.stdout, quiet.stderr) == (0, "", "")
 
 
 def test_validate_json_is_machine_readable(workdir: Path) -> None:

@@ -304,7 +304,9 @@ def in_sync(args: argparse.Namespace, root: Path) -> Table:
 def cel_rules(args: argparse.Namespace, root: Path) -> Table:
     """`validate` of custom resources whose CRD carries the CEL rules, against the same
     tree without them."""
-    table = Table(f"`validate` of {args.resources:,} custom resources, their CRD's {RULES} CEL rules")
+    table = Table(
+        f"`validate` of {args.resources:,} custom resources, their CRD's {RULES} CEL rules"
+    )
     with_rules, without = root / "rules", root / "no-rules"
     write_custom(with_rules, args.resources, rules=True)
     write_custom(without, args.resources, rules=False)

@@ -19,8 +19,10 @@ apply (the first parent of the merge that brought it):
     git worktree remove /tmp/pre-staged
 
 Without it the plan and apply figures are printed without ratios. The cluster is the
-embedded sandbox, seeded by one `apply` of the tree (so that reconcile owns every field it
-sets, as after any apply) and the same for both versions. Every command runs as a user runs
+embedded sandbox (or the cluster of `--kubeconfig`, for instance the real control plane of
+../shared/k8s started with `K8S_NO_KUBELET=1 cluster up DIR`), seeded by one `apply` of the
+tree (so that reconcile owns every field it sets, as after any apply) and the same for both
+versions. Every command runs as a user runs
 it (a process, modules compiled beforehand); each pair of a figure runs in turn (this
 version, then the other), `--pairs` times: the median of each and the median of the pairs'
 ratios, steadier on a machine whose speed drifts. Reports, never asserts: the numbers go
@@ -262,23 +264,23 @@ class Table:
 
 def in_sync(args: argparse.Namespace, root: Path) -> Table:
     """`plan` and `apply` of the workload tree against a sandbox already holding it."""
+    cluster = "the cluster of --kubeconfig" if args.kubeconfig else "sandbox"
     table = Table(
-        f"{args.configmaps:,} ConfigMaps + {args.deployments:,} Deployments in sync, sandbox"
+        f"{args.configmaps:,} ConfigMaps + {args.deployments:,} Deployments in sync, {cluster}"
     )
     tree = root / "workloads"
     write_workloads(tree, args.configmaps, args.deployments)
-    sandbox = Sandbox().start()
+    sandbox = None if args.kubeconfig else Sandbox().start()
     try:
-        kubeconfig = sandbox.write_kubeconfig(root / "kubeconfig")
+        kubeconfig = sandbox.write_kubeconfig(root / "kubeconfig") if sandbox else args.kubeconfig
         target = ("--kubeconfig", str(kubeconfig))
         run(reconcile("apply", *target), tree)
-        sandbox.clear_requests()
-        run(reconcile("plan", *target), tree)
-        counted = Counter(f"{r.verb} {r.resource}" for r in sandbox.requests)
-        print(
-            "(plan's requests: " + ", ".join(f"{n} {k}" for k, n in sorted(counted.items())) + ")",
-            file=sys.stderr,
-        )
+        if sandbox is not None:
+            sandbox.clear_requests()
+            run(reconcile("plan", *target), tree)
+            counted = Counter(f"{r.verb} {r.resource}" for r in sandbox.requests)
+            requests = ", ".join(f"{n} {k}" for k, n in sorted(counted.items()))
+            print(f"(plan's requests: {requests})", file=sys.stderr)
         env = None
         if args.baseline:
             env = {**os.environ, "PYTHONPATH": str(args.baseline)}
@@ -297,7 +299,8 @@ def in_sync(args: argparse.Namespace, root: Path) -> Table:
                 target_ratio,
             )
     finally:
-        sandbox.stop()
+        if sandbox is not None:
+            sandbox.stop()
     return table
 
 
@@ -327,6 +330,11 @@ def main() -> None:
         "--baseline",
         type=Path,
         help="A checkout of the version plan and apply are compared with (PYTHONPATH).",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="A cluster to apply the tree to (namespace default) instead of the sandbox.",
     )
     parser.add_argument("--configmaps", type=int, default=1000)
     parser.add_argument("--deployments", type=int, default=100)

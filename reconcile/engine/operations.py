@@ -33,7 +33,6 @@ from reconcile.engine.grants import Rule
 from reconcile.engine.nodes.apply import apply_plan, dry_run_nodes
 from reconcile.engine.nodes.plan import build_plan
 from reconcile.engine.objects.apply import (
-    DRY_RUNS_AT_ONCE,
     apply_objects,
     apply_staged,
     dry_run_objects,
@@ -41,6 +40,7 @@ from reconcile.engine.objects.apply import (
 )
 from reconcile.engine.objects.inventory import read_inventory
 from reconcile.engine.objects.plan import desired_configs, plan_objects
+from reconcile.engine.objects.targets import DRY_RUNS_AT_ONCE
 from reconcile.engine.plan import NO_OPTIONS, ClusterIdentity, Plan, PlanOptions
 from reconcile.engine.results import ApplyResult
 from reconcile.kube.api import NodeApi, ObjectApi

@@ -3,6 +3,8 @@ dry-run, the inventory, prune and its guards, and Secrets kept out of the plan."
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -20,8 +22,9 @@ from reconcile.engine.objects.inventory import (
     read_inventory,
 )
 from reconcile.engine.objects.plan import desired_configs, plan_objects
-from reconcile.engine.objects.targets import ObjectPlanning
+from reconcile.engine.objects.targets import DRY_RUNS_AT_ONCE, ObjectPlanning
 from reconcile.engine.plan import ObjectAction, Plan, PlanOptions
+from reconcile.kube.objects import ApiResource
 from tests.fake import NAMESPACES, FakeCluster
 
 
@@ -214,3 +217,47 @@ def test_the_inventory_is_read_from_its_configmap() -> None:
         },
     )
     assert read_inventory(cluster) == ("v1 ConfigMap a x", "v1 ConfigMap a y")
+
+
+class _SlowDryRuns(FakeCluster):
+    """Dry runs that answer later the earlier their object comes, counting how many are in
+    flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__(namespaces=("default", "apps"))
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most = 0
+
+    def apply_object(
+        self,
+        resource: ApiResource,
+        body: dict[str, Any],
+        *,
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        with self.lock:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+        time.sleep(0.02 * (30 - int(body["metadata"]["name"].removeprefix("settings-"))) / 30)
+        try:
+            with self.lock:
+                return super().apply_object(resource, body, dry_run=dry_run, force=force)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_dry_runs_are_planned_a_few_at_a_time_in_the_order_of_the_targets() -> None:
+    cluster = _SlowDryRuns()
+    manifests = [
+        _manifest("ConfigMap", f"settings-{i:02d}", "nowhere" if i == 7 else "apps", data={})
+        for i in reversed(range(30))
+    ]
+    planning = _plan(cluster, *manifests)
+    assert [o.name for o in planning.objects] == [f"settings-{i:02d}" for i in range(30) if i != 7]
+    assert [(f.kind, f.subject) for f in planning.findings] == [
+        ("namespace-missing", "ConfigMap/nowhere/settings-07")
+    ]
+    assert 1 < cluster.most <= DRY_RUNS_AT_ONCE

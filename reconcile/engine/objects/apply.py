@@ -30,6 +30,7 @@ from reconcile.engine.objects.inventory import (
 )
 from reconcile.engine.objects.plan import replan_object
 from reconcile.engine.objects.prune import NEVER_PRUNED
+from reconcile.engine.objects.targets import DRY_RUNS_AT_ONCE
 from reconcile.engine.plan import ObjectAction, ObjectPlan, Plan
 from reconcile.engine.results import DONE_BY_OTHERS, MAX_CONFLICT_RETRIES, ObjectResult
 from reconcile.kube import sensitive
@@ -56,9 +57,6 @@ def _body(
         body.setdefault("metadata", {})["resourceVersion"] = obj.resourceVersion
     return body
 
-
-# At most this many dry runs in flight at once: a shared API server is not flooded.
-DRY_RUNS_AT_ONCE: Final = 8
 
 # What apply writes before it dry-runs the rest, when the cluster lacks it: what the
 # server needs before it can dry-run objects of the plan (their kind, their namespace).

@@ -13,7 +13,8 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from reconcile import diagnostics as diag
@@ -33,7 +34,7 @@ from reconcile.engine.findings import Finding
 from reconcile.engine.objects import custom
 from reconcile.engine.objects.inventory import MANAGED_BY, MANAGED_BY_LABEL
 from reconcile.engine.objects.prune import plan_prune
-from reconcile.engine.objects.targets import ObjectPlanning, Target
+from reconcile.engine.objects.targets import DRY_RUNS_AT_ONCE, ObjectPlanning, Target
 from reconcile.engine.plan import NO_OPTIONS, ObjectAction, ObjectPlan, PlanOptions
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
@@ -80,7 +81,8 @@ def plan_objects(
     options: PlanOptions = NO_OPTIONS,
 ) -> ObjectPlanning:
     """Plan every manifest with `options`: one LIST per kind and namespace, one dry-run
-    apply per object that exists (and per new object whose namespace exists), then the
+    apply per object that exists (and per new object whose namespace exists),
+    DRY_RUNS_AT_ONCE at a time, each object's results in the targets' order, then the
     prune candidates.
     The inventory is read even when desired/ declares nothing, so that what a prune would
     delete is always known."""
@@ -92,35 +94,47 @@ def plan_objects(
     # Namespaces desired/ uses but does not create: one GET each (not a LIST of every
     # namespace), so the role needs `get` on exactly those names (see rbac.py).
     existing_namespaces: dict[str, bool] = {}
+    # Each target's own findings and objects, merged in the targets' order once planned.
+    planned: list[ObjectPlanning | Target] = []
     for target in targets:
+        if (
+            target.identity not in live
+            and target.resource.namespaced
+            and target.namespace not in declared_namespaces
+        ):
+            if target.namespace not in existing_namespaces:
+                existing_namespaces[target.namespace] = (
+                    cluster.get_object(NAMESPACES, "", target.namespace) is not None
+                )
+            if not existing_namespaces[target.namespace]:
+                missing = (
+                    f"namespace {target.namespace} does not exist and desired/ does not create it"
+                )
+                planned.append(
+                    ObjectPlanning(findings=[_finding("namespace-missing", target, missing)])
+                )
+                continue
+        planned.append(target)
+
+    def one(target: Target) -> ObjectPlanning:
+        own = ObjectPlanning()
         current = live.get(target.identity)
         if current is None:
-            if target.resource.namespaced and target.namespace not in declared_namespaces:
-                if target.namespace not in existing_namespaces:
-                    existing_namespaces[target.namespace] = (
-                        cluster.get_object(NAMESPACES, "", target.namespace) is not None
-                    )
-                if not existing_namespaces[target.namespace]:
-                    planning.findings.append(
-                        _finding(
-                            "namespace-missing",
-                            target,
-                            f"namespace {target.namespace} does not exist and desired/ does not create it",
-                        )
-                    )
-                    continue
-            _plan_create(
-                target, cluster, declared_namespaces, planning, force=options.forceConflicts
-            )
+            _plan_create(target, cluster, declared_namespaces, own, force=options.forceConflicts)
         else:
             _plan_update(
                 target,
                 current,
                 cluster,
-                planning,
+                own,
                 force=options.forceConflicts,
                 recreate=options.recreate,
             )
+        return own
+
+    for own in _each(one, planned):
+        planning.findings += own.findings
+        planning.objects += own.objects
     plan_prune(
         state,
         targets,
@@ -132,6 +146,22 @@ def plan_objects(
         prune_namespace_contents=options.pruneNamespaceContents,
     )
     return planning
+
+
+def _each(
+    one: Callable[[Target], ObjectPlanning], planned: list[ObjectPlanning | Target]
+) -> Iterator[ObjectPlanning]:
+    """`one` of every target of `planned`, DRY_RUNS_AT_ONCE at a time, and what is planned
+    already as it is, in `planned`'s order. An error stops what has not started."""
+    pool = ThreadPoolExecutor(max_workers=DRY_RUNS_AT_ONCE, thread_name_prefix="reconcile-plan")
+    try:
+        futures = [
+            item if isinstance(item, ObjectPlanning) else pool.submit(one, item) for item in planned
+        ]
+        for future in futures:
+            yield future if isinstance(future, ObjectPlanning) else future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _finding(

@@ -6,7 +6,7 @@ the API server serves it as, and the configuration reconcile applies), and the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from reconcile.desired.models import Manifest
 from reconcile.engine.findings import Finding
@@ -14,6 +14,10 @@ from reconcile.engine.plan import ObjectPlan
 from reconcile.kube import sensitive
 from reconcile.kube.kinds import ObjectId
 from reconcile.kube.objects import ApiResource
+
+# At most this many dry runs in flight at once, planning and applying: a shared API server
+# is not flooded.
+DRY_RUNS_AT_ONCE: Final = 8
 
 
 @dataclass

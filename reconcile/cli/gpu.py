@@ -101,7 +101,8 @@ def audit(session: Session, output: Format, clusters: tuple[str, ...]) -> int:
     """Check the GPU label conventions on every live GPU node (nvidia.com/gpu.present=true).
 
     One line `<node> <key> <reason>` per finding (missing, not-a-number, too-long,
-    bad-format) and exit 1; otherwise the single line OK and exit 0.
+    bad-format; allocatable=<n> when nvidia.com/gpu.count disagrees with the GPUs the
+    kubelet offers) and exit 1; otherwise the single line OK and exit 0.
     """
     from reconcile.cli.views import view_for
     from reconcile.gpu import operations

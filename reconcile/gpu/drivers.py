@@ -66,7 +66,7 @@ def node_tag(node: str, labels: Mapping[str, str]) -> str:
 class AuditFinding:
     node: str
     key: str
-    reason: str  # missing, not-a-number, too-long, bad-format
+    reason: str  # missing, not-a-number, too-long, bad-format, allocatable=<n>
 
 
 def audit_labels(node: str, labels: Mapping[str, str]) -> list[AuditFinding]:
@@ -87,12 +87,42 @@ def audit_labels(node: str, labels: Mapping[str, str]) -> list[AuditFinding]:
     return sorted(found, key=lambda f: (f.key, f.reason))
 
 
-def audit(nodes: Iterable[tuple[str, Mapping[str, str]]]) -> list[AuditFinding]:
-    """Audit every GPU node (gpu.present=true) of `nodes`, sorted by node then key."""
+def count_against_allocatable(
+    node: str, labels: Mapping[str, str], allocatable: Mapping[str, str]
+) -> AuditFinding | None:
+    """`nvidia.com/gpu.count` that disagrees with the node's allocatable `nvidia.com/gpu`
+    (reason `allocatable=<n>`): GFD's count went stale, or a label was hand-set, and a pod
+    placed by the label finds other GPUs than it was told. Not judged where the two count
+    different things: MIG devices advertised (`nvidia.com/mig-*`, or the single strategy's
+    `nvidia.com/gpu` counting MIG slices), or no `nvidia.com/gpu` advertised at all."""
+    count, offered = labels.get(GPU_COUNT), allocatable.get("nvidia.com/gpu")
+    if count is None or not count.isdigit() or offered is None or not offered.isdigit():
+        return None
+    if any(key.startswith("nvidia.com/mig-") for key in allocatable):
+        return None
+    if labels.get("nvidia.com/mig.strategy") == "single" and labels.get(
+        "nvidia.com/mig.config", "all-disabled"
+    ) not in ("all-disabled", ""):
+        return None
+    if int(offered) == 0 or int(count) == int(offered):
+        return None
+    return AuditFinding(node, GPU_COUNT, f"allocatable={int(offered)}")
+
+
+def audit(
+    nodes: Iterable[
+        tuple[str, Mapping[str, str]] | tuple[str, Mapping[str, str], Mapping[str, str]]
+    ],
+) -> list[AuditFinding]:
+    """Audit every GPU node (gpu.present=true) of `nodes` (name, labels and, when known,
+    allocatable), sorted by node then key."""
     found: list[AuditFinding] = []
-    for name, node_labels in sorted(nodes, key=lambda n: n[0]):
+    for name, node_labels, *rest in sorted(nodes, key=lambda n: n[0]):
         if is_gpu_node(node_labels):
-            found.extend(audit_labels(name, node_labels))
+            mine = audit_labels(name, node_labels)
+            if rest and (stale := count_against_allocatable(name, node_labels, rest[0])):
+                mine.append(stale)
+            found.extend(sorted(mine, key=lambda f: (f.key, f.reason)))
     return found
 
 

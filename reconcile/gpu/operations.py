@@ -55,7 +55,7 @@ def _gpu_nodes(cluster: NodeApi) -> list[LiveNode]:
 
 def audit(cluster: NodeApi) -> list[AuditFinding]:
     """The GPU label conventions on every live GPU node (nvidia.com/gpu.present=true)."""
-    return drivers.audit((n.name, n.labels) for n in _gpu_nodes(cluster))
+    return drivers.audit((n.name, n.labels, n.allocatable) for n in _gpu_nodes(cluster))
 
 
 @dataclass(frozen=True)

@@ -355,11 +355,16 @@ def test_the_commands_that_read_a_cluster_run_on_each_and_prefix_their_lines(
     work, config, _clusters = fleet
     audit = run_cli("audit", cwd=work, kubeconfig=config)
     assert audit.code == 1  # driver-lab's nodes carry no GFD labels
-    assert audit.lines[0] == "lab OK"
+    assert audit.lines[0] == "lab lab-node-1 nvidia.com/gpu.count allocatable=2"
     assert all(line.startswith("driver-lab lab-node-") for line in audit.lines[1:])
     as_json = json.loads(run_cli("audit", "-o", "json", cwd=work, kubeconfig=config).stdout)
     assert (as_json["kind"], list(as_json["clusters"])) == ("FleetResult", ["lab", "driver-lab"])
-    assert as_json["clusters"]["lab"] == {"ok": True, "findings": []}
+    assert as_json["clusters"]["lab"] == {
+        "ok": False,
+        "findings": [
+            {"node": "lab-node-1", "key": "nvidia.com/gpu.count", "reason": "allocatable=2"}
+        ],
+    }
     drivers = run_cli("drivers", "audit", cwd=work, kubeconfig=config)
     assert (drivers.code, drivers.lines) == (0, ["lab OK", "driver-lab OK"])
     report = run_cli("report", "--cluster", "driver-lab", cwd=work, kubeconfig=config)

@@ -81,9 +81,13 @@ def test_sanitize_refuses_a_value_with_nothing_left() -> None:
     )
 
 
-def test_audit_is_ok_on_the_lab(lab: TestCluster) -> None:
+def test_audit_compares_the_gpu_count_with_what_the_node_offers(lab: TestCluster) -> None:
+    # The lab's drift: lab-node-1 says 9 GPUs, its kubelet offers 2.
     result = run_cli("audit", kubeconfig=lab.kubeconfig)
-    assert (result.code, result.stdout) == (0, "OK\n")
+    assert (result.code, result.lines) == (1, ["lab-node-1 nvidia.com/gpu.count allocatable=2"])
+    lab.label("lab-node-1", **{"nvidia.com/gpu.count": "2"})
+    fixed = run_cli("audit", kubeconfig=lab.kubeconfig)
+    assert (fixed.code, fixed.stdout) == (0, "OK\n")
 
 
 def test_audit_finds_missing_and_malformed_gpu_labels(lab: TestCluster) -> None:
@@ -97,6 +101,7 @@ def test_audit_finds_missing_and_malformed_gpu_labels(lab: TestCluster) -> None:
     assert result.lines == [
         "lab-node-0 nvidia.com/gpu.count not-a-number",
         "lab-node-0 nvidia.com/gpu.memory missing",
+        "lab-node-1 nvidia.com/gpu.count allocatable=2",
         "lab-node-1 nvidia.com/gpu.product bad-format",
         "lab-node-2 nvidia.com/gpu.count missing",
         "lab-node-2 nvidia.com/gpu.memory missing",

@@ -86,6 +86,7 @@ def test_an_unreachable_cluster_leaves_stdout_empty(
 
 
 def test_audit_says_ok_only_with_exit_0(lab: TestCluster) -> None:
+    lab.label("lab-node-1", **{"nvidia.com/gpu.count": "2"})  # as its kubelet offers
     ok = run_cli("audit", kubeconfig=lab.kubeconfig)
     assert (ok.code, ok.stdout) == (0, "OK\n")
     lab.label("lab-node-0", **{"nvidia.com/gpu.memory": None})

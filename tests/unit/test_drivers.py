@@ -160,3 +160,34 @@ def test_offline_coverage_names_the_missing_image() -> None:
         == "GPU node n needs driver image 550-5.15.0-119-generic-ubuntu22.04, which is not in the support matrix"
     )
     assert drivers.desired_diagnostics(state, coverage_check=False) == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "allocatable", "expected"),
+    [
+        ({"nvidia.com/gpu.count": "2"}, {"nvidia.com/gpu": "8"}, "allocatable=8"),
+        ({"nvidia.com/gpu.count": "8"}, {"nvidia.com/gpu": "8"}, None),
+        ({"nvidia.com/gpu.count": "8"}, {}, None),  # the device plugin has not run
+        ({"nvidia.com/gpu.count": "8"}, {"nvidia.com/gpu": "0"}, None),  # mixed: all MIG
+        (
+            {"nvidia.com/gpu.count": "8"},
+            {"nvidia.com/gpu": "2", "nvidia.com/mig-1g.5gb": "14"},
+            None,
+        ),
+        (
+            {
+                "nvidia.com/gpu.count": "1",
+                "nvidia.com/mig.strategy": "single",
+                "nvidia.com/mig.config": "all-1g.5gb",
+            },
+            {"nvidia.com/gpu": "7"},
+            None,  # the single strategy's nvidia.com/gpu counts MIG slices
+        ),
+        ({"nvidia.com/gpu.count": "four"}, {"nvidia.com/gpu": "4"}, None),  # not-a-number says it
+    ],
+)
+def test_the_gpu_count_is_held_to_the_allocatable_gpus_where_they_count_the_same(
+    labels: dict[str, str], allocatable: dict[str, str], expected: str | None
+) -> None:
+    found = drivers.count_against_allocatable("n", labels, allocatable)
+    assert (found.reason if found else None) == expected

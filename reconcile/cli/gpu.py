@@ -296,10 +296,13 @@ def _pacing_options(command: F) -> F:
 )
 @click.option("--force", is_flag=True, help="Also evict pods that no controller recreates.")
 @click.option(
-    "--write-desired",
-    is_flag=True,
-    help="Update the driver labels in desired/ (the node files or the group that declares "
-    "them; comments and order kept).",
+    "--write-desired/--no-write-desired",
+    default=True,
+    show_default=True,
+    help="Update the driver labels in desired/ after the upgrade (the node files or the "
+    "group that declares them; comments and order kept), so that git and the cluster agree "
+    "and the next apply does not revert it. --no-write-desired leaves desired/ alone and "
+    "says what to change.",
 )
 @LEASE_DURATION
 @click.option("--cluster", metavar="NAME", help="In a fleet: the cluster the nodes are in.")

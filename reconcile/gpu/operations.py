@@ -272,7 +272,7 @@ def _desired_note(
     olds = ", ".join(f"{k}={declared.labels[k]}" for k in stale)
     note(
         f"{where} still declares {olds}: the next `reconcile apply` reverts this upgrade. "
-        "Change the file too (or rerun with --write-desired)"
+        "Change the file too (rerun without --no-write-desired: the upgrade writes it)"
     )
 
 
@@ -347,7 +347,8 @@ def stale_driver_note(
     )
     return (
         f"desired/ still declares the old driver: {files}. The next `reconcile apply` "
-        "reverts this upgrade: change them too (or rerun with --write-desired)"
+        "reverts this upgrade unless they change too: "
+        "`reconcile upgrade` writes them unless given --no-write-desired (a dry run never writes)"
     )
 
 

@@ -375,20 +375,23 @@ def test_a_pool_upgrade_says_once_that_desired_still_declares_the_old_driver(
         "a100) nvidia.com/cuda.driver.major=535, nvidia.com/cuda.driver.minor=183, "
         "nvidia.com/cuda.driver.rev=06 for 6 node(s); desired/nodes/pool-5.yaml "
         "nvidia.com/cuda.driver.minor=183 for 1 node(s). The next `reconcile apply` reverts "
-        "this upgrade: change them too (or rerun with --write-desired)"
+        "this upgrade unless they change too: `reconcile upgrade` writes them unless given "
+        "--no-write-desired (a dry run never writes)"
     )
 
     dry = upgrade(cluster, work, "--selector", SELECTOR, "--max-parallel", "3", "--dry-run")
     assert dry.code == 0, dry.stderr
     assert dry.stderr.splitlines().count(stale) == 1
 
-    done = upgrade(cluster, work, "--selector", SELECTOR, "--max-parallel", "3")
+    done = upgrade(
+        cluster, work, "--selector", SELECTOR, "--max-parallel", "3", "--no-write-desired"
+    )
     assert done.code == 0, done.stderr
     assert done.stderr.splitlines().count(stale) == 1
     assert sum("still declares" in line for line in done.stderr.splitlines()) == 1
 
-    # As the note says: the rerun has nothing to upgrade and writes desired/.
-    rerun = upgrade(cluster, work, "--selector", SELECTOR, "--write-desired")
+    # As the note says: the rerun has nothing to upgrade and writes desired/ (the default).
+    rerun = upgrade(cluster, work, "--selector", SELECTOR)
     assert rerun.code == 0, rerun.stderr
     assert "still declares" not in rerun.stderr
     group = (work / "desired" / "groups" / "a100.yaml").read_text()

@@ -117,7 +117,11 @@ def test_the_driver_labs_upgrade_plays_through(cluster: TestCluster, work: Path)
     assert not node["spec"].get("unschedulable")
     assert node["metadata"]["labels"][STATE] == "upgrade-done"
     assert "reconcile.dev/upgrade-target" not in node["metadata"].get("annotations", {})
-    assert "still declares nvidia.com/cuda.driver.major=535" in err
+    # desired/ follows the cluster (--write-desired is the default): git and the cluster agree
+    assert "nvidia.com/cuda.driver.major=550, nvidia.com/cuda.driver.minor=90" in err
+    assert "commit it" in err
+    replanned = run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig)
+    assert not [line for line in replanned.lines if "cuda.driver" in line]  # nothing to revert
 
     audit = run_cli("drivers", "audit", cwd=work, kubeconfig=cluster.kubeconfig)
     assert (audit.code, audit.stdout) == (0, "OK\n")

@@ -286,6 +286,10 @@ class TestCluster:
             self.kubelet.register(created)
             code, created = self.raw("GET", f"{collection}/{name}")
             assert code == 200, created
+        if not self.is_sandbox and resource.kind == "Namespace":
+            # Pods are refused until the service account controller has made `default`.
+            account = f"/api/v1/namespaces/{name}/serviceaccounts/default"
+            wait_for(lambda: self.raw("GET", account)[0] == 200, what=f"{name}'s default account")
         return dict(created)
 
     def _applied_by_reconcile(self, collection: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -115,12 +115,16 @@ def test_the_cluster_refuses_them_in_the_same_words(lab: TestCluster) -> None:
         'ConfigMap "settings" is invalid: data[mode]: Invalid value: "mode": '
         "duplicate of key present in binaryData"
     )
-    # A good one is stored, and its type stays what it was.
+    # A good one is stored, and its type stays what it was (a real cluster keeps what is
+    # in default between tests: the Secret goes again at the end).
     tls["data"]["tls.key"] = "a2V5"
     core.create_namespaced_secret("default", tls)
-    status = _refused(
-        lambda: core.patch_namespaced_secret("web-tls", "default", {"type": "Opaque"})
-    )
+    try:
+        status = _refused(
+            lambda: core.patch_namespaced_secret("web-tls", "default", {"type": "Opaque"})
+        )
+    finally:
+        lab.raw("DELETE", "/api/v1/namespaces/default/secrets/web-tls")
     assert status["message"] == (
         'Secret "web-tls" is invalid: type: Invalid value: "Opaque": field is immutable'
     )

@@ -88,12 +88,7 @@ def write_yaml(document: Any, out: TextIO) -> None:
     under YAML 1.1 and 1.2), as `kubectl -o yaml` writes one."""
     from reconcile.desired.writer import dump_documents
 
-    if isinstance(document, Mapping):
-        out.write(dump_documents([document]))
-    elif not document:
-        out.write("[]\n")
-    else:  # a list at the top: one document holding it
-        out.write(dump_documents([{"items": document}]).removeprefix("items:\n"))
+    out.write(dump_documents([document]))
 
 
 def write_document(document: Any, out: TextIO, output: Format) -> None:

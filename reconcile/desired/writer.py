@@ -150,11 +150,10 @@ def _render_env(path: Path, values: dict[str, str]) -> tuple[list[str], str]:
     return changed, "".join(lines)
 
 
-def dump_documents(
-    documents: Sequence[Mapping[str, Any]], comments: Mapping[PathT, str] | None = None
-) -> str:
-    """The documents as one YAML stream (`---` between them) that reads back as the same
-    data under YAML 1.1 (kubectl's reading) and 1.2: mappings in block style, in their key
+def dump_documents(documents: Sequence[Any], comments: Mapping[PathT, str] | None = None) -> str:
+    """The documents (mappings, or a list at the top, as `-o yaml` has one) as one YAML
+    stream (`---` between them) that reads back as the same data under YAML 1.1 (kubectl's
+    reading) and 1.2: mappings in block style, in their key
     order; lists of scalars in flow style (`[get, list]`), other lists in block style;
     strings double-quoted unless every reader takes them unquoted for the same string.
 

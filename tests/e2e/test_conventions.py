@@ -131,6 +131,7 @@ def test_report_without_a_support_matrix_is_an_error_as_drivers_audit_is(
         ["report"],
         ["rollout", "status"],
         ["rbac"],
+        ["rollout", "abandon", "lab-node-0"],  # a list at the top
     ],
     ids=" ".join,
 )

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-import re2
 from cel_expr_python import cel  # type: ignore[import-untyped]
 from cel_expr_python.ext import (  # type: ignore[import-untyped]
     ext_bindings,
@@ -36,6 +35,7 @@ from cel_expr_python.ext import (  # type: ignore[import-untyped]
 )
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from reconcile.kube import regexp
 from reconcile.kube.cel import Semver, _normalized_semver
 from reconcile.kube.quantity import QuantityError, parse_quantity
 from reconcile.kube.validation import FieldError, forbidden, invalid, required
@@ -369,11 +369,10 @@ def _max(items: list[Any]) -> Any:
 # regex.go (from 1.0): RE2, as Go's regexp
 
 
-@functools.lru_cache(maxsize=256)
 def _regex(pattern: str) -> Any:
     try:
-        return re2.compile(pattern)
-    except Exception as e:
+        return regexp.compiled(pattern)
+    except regexp.PatternError as e:
         raise LibraryError(f"invalid regular expression: {pattern}") from e
 
 

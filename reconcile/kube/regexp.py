@@ -83,10 +83,16 @@ def compile_error(pattern: str) -> str | None:
     return str(found) if isinstance(found, PatternError) else None
 
 
-def search(pattern: str, text: str) -> bool:
-    """Go's `regexp.MustCompile(pattern).MatchString(text)`; PatternError if it does not
-    compile."""
+def compiled(pattern: str) -> Any:
+    """`pattern` compiled as Go's regexp compiles it (RE2, cached); PatternError with Go's
+    text if it does not compile."""
     found = _compiled(pattern)
     if isinstance(found, PatternError):
         raise found
-    return found.search(text) is not None
+    return found
+
+
+def search(pattern: str, text: str) -> bool:
+    """Go's `regexp.MustCompile(pattern).MatchString(text)`; PatternError if it does not
+    compile."""
+    return compiled(pattern).search(text) is not None

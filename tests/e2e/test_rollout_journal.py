@@ -20,11 +20,10 @@ import pytest
 
 from reconcile.gpu import journal
 from reconcile.gpu.lock import LABEL, NAMESPACE, NODES, PREFIX
-from tests.conftest import ClusterFactory
-from tests.e2e import test_fact_rollout
+from tests.e2e import test_fact_rollout, test_upgrade
 from tests.e2e.test_fact_rollout import STATE, _patch, _phase, _replace_on_the_sandbox, _rollout
 from tests.e2e.test_prune_guards import snapshot
-from tests.support import REPO, TestCluster, lab_objects, run_cli, wait_for
+from tests.support import REPO, TestCluster, run_cli, wait_for
 
 pytestmark = pytest.mark.usefixtures("prompt_polls")
 
@@ -306,13 +305,8 @@ def test_sigkill_then_a_rerun_waits_for_the_lease_and_takes_the_pool_over(
 
 # --- upgrade: the GPU Operator's label is its state, never reconcile's phase -----------------
 
-UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
-ROW = "550,5.15.0-107-generic,ubuntu22.04\n"
-
-
-@pytest.fixture
-def lab(make_cluster: ClusterFactory) -> TestCluster:
-    return make_cluster(lab_objects("driver-lab"))
+UPGRADE_STATE = test_upgrade.STATE
+lab = test_upgrade.cluster  # the driver lab (a fixture)
 
 
 @pytest.fixture

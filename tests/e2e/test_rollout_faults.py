@@ -150,6 +150,16 @@ def _unavailable(node: dict[str, Any]) -> bool:
 def pool(make_cluster: ClusterFactory) -> TestCluster:
     cluster = make_cluster(_objects())
     _patch(cluster, "/api/v1/nodes/spare-1", {"spec": {"unschedulable": None}})
+    # The disruption controller counts the trainers healthy a moment after they are Ready:
+    # until then the rollout rightly waits on the budget, not on the fault a test makes.
+    budget = "/apis/policy/v1/namespaces/train/poddisruptionbudgets/trainer-pdb"
+    wait_for(
+        lambda: (
+            ((cluster.raw("GET", budget)[1].get("status") or {}).get("disruptionsAllowed") or 0)
+            >= 1
+        ),
+        what="the trainers' budget to allow one disruption",
+    )
     return cluster
 
 
@@ -254,7 +264,13 @@ def _fault_at_the_wait(
     with watch.watching():
         process = _start(cluster, work)
         try:
-            wait_for(lambda: _phase(cluster.node("gpu-0")) == "wait-required", what="gpu-0 waiting")
+            try:
+                wait_for(
+                    lambda: _phase(cluster.node("gpu-0")) == "wait-required", what="gpu-0 waiting"
+                )
+            except AssertionError as e:
+                process.kill()
+                raise AssertionError(f"{e}; the rollout said: {process.communicate()[1]}") from None
             fault(process)
             _out, err = process.communicate(timeout=120)
         finally:

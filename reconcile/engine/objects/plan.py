@@ -35,6 +35,7 @@ from reconcile.engine.objects import custom
 from reconcile.engine.objects.inventory import MANAGED_BY, MANAGED_BY_LABEL
 from reconcile.engine.objects.prune import plan_prune
 from reconcile.engine.objects.targets import DRY_RUNS_AT_ONCE, ObjectPlanning, Target
+from reconcile.engine.objects.unchanged import applied_entry, unchanged_by_apply
 from reconcile.engine.plan import NO_OPTIONS, ObjectAction, ObjectPlan, PlanOptions
 from reconcile.kube import sensitive
 from reconcile.kube import validation as apivalidation
@@ -63,10 +64,8 @@ def applied_config(manifest: Manifest) -> dict[str, Any]:
 
 def reconcile_fields(live: Mapping[str, Any]) -> dict[str, Any] | None:
     """FieldsV1 of reconcile's own apply entry in the live object, if any."""
-    for entry in (live.get("metadata") or {}).get("managedFields") or ():
-        if entry.get("manager") == FIELD_MANAGER and entry.get("operation") == "Apply":
-            return dict(entry.get("fieldsV1") or {})
-    return None
+    entry = applied_entry(live)
+    return None if entry is None else dict(entry.get("fieldsV1") or {})
 
 
 def is_immutable(error: ApiError) -> bool:
@@ -484,6 +483,8 @@ def _plan_update(
     force: bool,
     recreate: bool,
 ) -> None:
+    if unchanged_by_apply(target.config, live):
+        return  # in sync: the server would find nothing to change (unchanged.py)
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")
     compared = _Compared(target.config, live, is_sensitive=target.sensitive)
 

@@ -3,7 +3,8 @@ as apiextensions-apiserver does (pkg/apiserver/schema/cel/validation.go): at eac
 node that carries rules, `self` is the value there; transition rules (those naming
 `oldSelf`) run only on update, unless `optionalOldSelf`; a false rule is a field error of
 its `reason` at its `fieldPath`, detailed by `messageExpression`, else `message`, else
-`failed rule: <rule>`.
+`failed rule: <rule>`; on update, one at a value equal to its old value is ratcheted (a
+warning upstream, dropped here) unless it is a transition rule (ratcheting.go).
 
 The engine is cel-expr-python (cel-cpp), compiled once per rule and server version and
 evaluated some fifty times faster than cel-python. The Kubernetes libraries
@@ -945,25 +946,49 @@ def _key(path: str, key: str) -> str:
     return f"{path}[{key}]"
 
 
-def _validate(node: Node, path: str, value: Any, old: Any, verdict: Verdict) -> None:
+def _validate(
+    node: Node, path: str, value: Any, old: Any, verdict: Verdict, ratchet: bool = False
+) -> None:
+    """`ratchet`: whether this node's false rules are ratcheted (ratcheting.go's
+    shouldRatchetError): it correlates with an old value it equals, or, not correlating,
+    its nearest correlating ancestor does."""
     if value is None:
         return
+    if old is not None:
+        ratchet = _same_json(value, old)
     if node.rules:
-        _evaluate(node, path, value, old, verdict)
+        _evaluate(node, path, value, old, verdict, ratchet)
     if isinstance(value, dict):
         correlatable = node.schema.get("x-kubernetes-map-type") in (None, "granular", "atomic")
         old_map = old if isinstance(old, dict) and correlatable else {}
         if node.additional is not None:
             for k, v in value.items():
-                _validate(node.additional, _key(path, k), v, old_map.get(k), verdict)
+                _validate(node.additional, _key(path, k), v, old_map.get(k), verdict, ratchet)
         for k, v in value.items():
             child = node.properties.get(k)
             if child is not None:
-                _validate(child, _child(path, k), v, old_map.get(k), verdict)
+                _validate(child, _child(path, k), v, old_map.get(k), verdict, ratchet)
     elif isinstance(value, list) and node.items is not None:
         old_items = _correlated(node.schema, value, old)
         for i, v in enumerate(value):
-            _validate(node.items, f"{path}[{i}]", v, old_items[i], verdict)
+            _validate(node.items, f"{path}[{i}]", v, old_items[i], verdict, ratchet)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """reflect.DeepEqual of two unstructured values: an int64 1 is not a float64 1.0."""
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(_same_json(v, b[k]) for k, v in a.items())
+        )
+    if isinstance(a, list):
+        return (
+            isinstance(b, list)
+            and len(a) == len(b)
+            and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return type(a) is type(b) and a == b
 
 
 def _correlated(schema: Mapping[str, Any], value: list[Any], old: Any) -> list[Any]:
@@ -981,7 +1006,9 @@ def _correlated(schema: Mapping[str, Any], value: list[Any], old: Any) -> list[A
     ]
 
 
-def _evaluate(node: Node, path: str, value: Any, old: Any, verdict: Verdict) -> None:
+def _evaluate(
+    node: Node, path: str, value: Any, old: Any, verdict: Verdict, ratchet: bool = False
+) -> None:
     schema = node.schema
     shown = path or "<nil>"
     type_name = _type_name(schema)
@@ -1034,6 +1061,8 @@ def _evaluate(node: Node, path: str, value: Any, old: Any, verdict: Verdict) -> 
             continue
         if result.value() is True:
             continue
+        if ratchet and not rule.uses_old_self:
+            continue  # unchanged: the server only warns (validation.go's addErr)
         at = _field_path(path, rule.field_path) if rule.field_path else shown
         detail = ""
         if rule.message_program is not None:

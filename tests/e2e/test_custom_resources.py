@@ -200,3 +200,59 @@ def test_a_crd_with_remaining_resources_is_not_pruned(empty: TestCluster, workdi
     assert "Widget/crd-lab/theirs" in apply.stderr
     assert apply.stderr.count("error:") == 1, apply.stderr
     assert _objects(empty) == before
+
+
+SHRINK_RULE = """\
+              x-kubernetes-validations:
+                - rule: self.size >= oldSelf.size
+                  message: size may not shrink
+"""
+
+
+def _with_rule(text: str) -> str:
+    """TREE with a transition rule on Widget's spec."""
+    anchor = "              required: [size]\n"
+    assert anchor in text
+    return text.replace(anchor, anchor + SHRINK_RULE, 1)
+
+
+def _widget(cluster: TestCluster) -> dict[str, object]:
+    status, widget = cluster.raw("GET", f"/apis/{GROUP}/v1/namespaces/crd-lab/widgets/small")
+    assert status == 200, widget
+    return dict(widget)
+
+
+def test_a_transition_rule_the_crd_gains_judges_the_update_before_anything_is_written(
+    empty: TestCluster, workdir: Path
+) -> None:
+    """The tree's CRD gains `self.size >= oldSelf.size` as its Widget shrinks: the cluster's
+    dry run judges by the CRD it serves, which has no such rule, and apply writes the CRD
+    first, so the Widget's write would be refused half-way. The plan judges the update
+    by the tree's rules, against the live Widget, and apply writes nothing."""
+    _tree(workdir)
+    first = run_cli("apply", "--timeout", "60", cwd=workdir, kubeconfig=empty.kubeconfig)
+    assert first.code == 0, first.stderr
+    crd_before = empty.raw("GET", f"{CRDS}/widgets.{GROUP}")[1]["spec"]
+    widget_before = _widget(empty)
+
+    file = _tree(workdir, _with_rule(TREE).replace("size: 2", "size: 1"))
+    plan = run_cli("plan", cwd=workdir, kubeconfig=empty.kubeconfig)
+    assert plan.code == 2, plan.stderr
+    assert "Widget/crd-lab/small" in plan.stderr
+    assert "spec: Invalid value: size may not shrink" in plan.stderr
+    assert f"CustomResourceDefinition widgets.{GROUP} in desired/" in plan.stderr
+    assert str(file.relative_to(workdir)) in plan.stderr
+
+    apply = run_cli("apply", "--timeout", "60", cwd=workdir, kubeconfig=empty.kubeconfig)
+    assert apply.code == 2
+    assert "size may not shrink" in apply.stderr
+    assert empty.raw("GET", f"{CRDS}/widgets.{GROUP}")[1]["spec"] == crd_before
+    assert _widget(empty)["spec"] == widget_before["spec"]
+
+    # Growing passes the rule: the CRD and the Widget are both applied.
+    _tree(workdir, _with_rule(TREE).replace("size: 2", "size: 3"))
+    grown = run_cli("apply", "--timeout", "60", cwd=workdir, kubeconfig=empty.kubeconfig)
+    assert grown.code == 0, grown.stderr
+    assert _widget(empty)["spec"]["size"] == 3  # type: ignore[index]
+    again = run_cli("plan", cwd=workdir, kubeconfig=empty.kubeconfig)
+    assert (again.code, again.stdout) == (0, ""), again.stderr

@@ -75,6 +75,48 @@ def test_transition_rules_run_on_update_only() -> None:
     assert _errors(GIZMO, old, old) == []
 
 
+def test_an_unchanged_value_ratchets_its_rules_but_not_transition_rules() -> None:
+    """ratcheting.go: on update a false rule at a node equal to its old value (or whose
+    nearest correlating ancestor is) is a warning, not an error; a transition rule and a
+    runtime error never ratchet."""
+    old = _gizmo("g1", {"a": "1", "b": "one", "c": {"x": 1}, "num": 12})
+    # num above 10 was allowed before the rule: unchanged, the update passes.
+    assert _errors(GIZMO, old, old) == []
+    assert _errors(GIZMO, old) == ["spec: Invalid value: num is too large"]
+    # Any change under spec makes spec a changed node: its rules all count again.
+    changed = _gizmo("g1", {"a": "2", "b": "one", "c": {"x": 1}, "num": 12})
+    assert _errors(GIZMO, changed, old) == ["spec: Invalid value: num is too large"]
+    # 12 and 12.0 are different values to the server's deep equality.
+    floated = _gizmo("g1", {"a": "1", "b": "one", "c": {"x": 1}, "num": 12.0})
+    assert _errors(GIZMO, floated, old) == ["spec: Invalid value: num is too large"]
+    always = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "x-kubernetes-validations": [{"rule": "self.n > oldSelf.n", "message": "grow"}],
+                "properties": {
+                    "n": {"type": "integer"},
+                    "tags": {
+                        "type": "array",
+                        "items": {
+                            "type": "string",
+                            "x-kubernetes-validations": [{"rule": "self != 'bad'"}],
+                        },
+                    },
+                },
+            }
+        },
+    }
+    same = {"spec": {"n": 1, "tags": ["bad"]}}
+    assert _errors(always, same, same) == ["spec: Invalid value: grow"]
+    # An item of an atomic list has no old value of its own: its list decides.
+    grown = {"spec": {"n": 2, "tags": ["bad", "ok"]}}
+    assert _errors(always, grown, same) == [
+        "spec.tags[0]: Invalid value: failed rule: self != 'bad'"
+    ]
+
+
 def test_optional_old_self_runs_on_create_with_no_value() -> None:
     schema = {
         "type": "object",

@@ -158,6 +158,34 @@ def rule_diagnostics(
     return found
 
 
+def changing_kinds(
+    tree: Mapping[tuple[str, str], crds.CustomKind], live_crds: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], crds.CustomKind]:
+    """The kinds whose CRD the cluster serves with another schema than the tree's: apply
+    writes the tree's CRD first, so its custom resources will be judged by rules the
+    cluster's dry run does not know yet."""
+    served = crds.custom_kinds(live_crds)
+    return {
+        key: kind
+        for key, kind in tree.items()
+        if key in served and served[key].schema != kind.schema
+    }
+
+
+def update_rule_errors(
+    custom: crds.CustomKind, merged: Mapping[str, Any], live: Mapping[str, Any]
+) -> list[FieldError]:
+    """The CEL rules of the tree's schema on an update: `merged` the object the update
+    makes (the dry run's result), `live` the object before it, so transition rules
+    (oldSelf) run and unchanged values ratchet, as the API server will judge it once the
+    tree's CRD is written. What is not evaluated offline is left to the server."""
+    if not crds_have_rules(custom):
+        return []
+    from reconcile.kube import celrules
+
+    return celrules.validate(custom.schema, merged, live).errors
+
+
 _HAS_RULES: dict[int, tuple[Mapping[str, Any], bool]] = {}
 
 

@@ -37,7 +37,7 @@ from reconcile.engine.objects.prune import plan_prune
 from reconcile.engine.objects.targets import DRY_RUNS_AT_ONCE, ObjectPlanning, Target
 from reconcile.engine.objects.unchanged import applied_entry, unchanged_by_apply
 from reconcile.engine.plan import NO_OPTIONS, ObjectAction, ObjectPlan, PlanOptions
-from reconcile.kube import sensitive
+from reconcile.kube import crds, sensitive
 from reconcile.kube import validation as apivalidation
 from reconcile.kube.api import ObjectApi, ResourceFinder
 from reconcile.kube.crds import CustomKind
@@ -87,8 +87,17 @@ def plan_objects(
     delete is always known."""
     planning = ObjectPlanning()
     discovery = cluster.discovery()
-    targets = _targets(state.manifests, discovery, planning, custom.tree_kinds(state.manifests))
+    tree_kinds = custom.tree_kinds(state.manifests)
+    targets = _targets(state.manifests, discovery, planning, tree_kinds)
     live = _live(targets, cluster)
+    changing = custom.changing_kinds(
+        tree_kinds,
+        (
+            live[t.identity]
+            for t in targets
+            if t.identity in live and crds.is_crd(t.resource.api_version, t.resource.kind)
+        ),
+    )
     declared_namespaces = {t.manifest.name for t in targets if t.resource.kind == "Namespace"}
     # Namespaces desired/ uses but does not create: one GET each (not a LIST of every
     # namespace), so the role needs `get` on exactly those names (see rbac.py).
@@ -128,6 +137,7 @@ def plan_objects(
                 own,
                 force=options.forceConflicts,
                 recreate=options.recreate,
+                changing=changing.get((target.manifest.api_version, target.manifest.kind)),
             )
         return own
 
@@ -482,7 +492,10 @@ def _plan_update(
     *,
     force: bool,
     recreate: bool,
+    changing: CustomKind | None = None,
 ) -> None:
+    """`changing`: the kind as the tree's CRD, which apply writes first, defines it with
+    another schema than the cluster's: the update is judged by its rules too."""
     if unchanged_by_apply(target.config, live):
         return  # in sync: the server would find nothing to change (unchanged.py)
     version = str((live.get("metadata") or {}).get("resourceVersion") or "")
@@ -541,6 +554,24 @@ def _plan_update(
     except ApiError as e:
         planning.findings.append(
             _finding("object-invalid", target, e.message or str(e), live=live, error=e)
+        )
+        return
+    if changing is not None and (errors := custom.update_rule_errors(changing, result, live)):
+        message = (
+            f'{target.resource.kind}.{target.resource.group} "{target.manifest.name}" is '
+            f"invalid: {apivalidation.aggregate(errors)} (by the rules of "
+            f"CustomResourceDefinition {changing.crd} in desired/, which apply writes first; "
+            "the cluster's dry run still judges by the schema it serves)"
+        )
+        causes = tuple({"field": e.field} for e in errors)
+        planning.findings.append(
+            _finding(
+                "object-invalid",
+                target,
+                message,
+                live=live,
+                error=Invalid(422, "Invalid", message, causes),
+            )
         )
         return
     changes = compared.update_drift(result)

@@ -11,13 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from reconcile.desired.yamlpos import parse_yaml
-from reconcile.nfd.model import (
-    NodeFeature,
-    NodeFeatureRule,
-    RuleError,
-    parse_node_feature,
-    parse_node_feature_rule,
-)
+from reconcile.nfd.model import NodeFeature, NodeFeatureRule, RuleError, parse_node_feature_rule
+from reconcile.nfd.nodefeature import merge_node_features
 
 
 def _documents(path: Path) -> list[Any]:
@@ -39,36 +34,12 @@ def _documents(path: Path) -> list[Any]:
 
 
 def read_node_feature(path: Path) -> NodeFeature:
-    """The one NodeFeature object of `path` (several are merged as nfd-master merges a
-    node's objects: the first's labels under the others')."""
-    objects = [parse_node_feature(d, str(path)) for d in _documents(path)]
-    if not objects:
+    """The NodeFeature of `path`: one object, or several of one node merged as nfd-master
+    merges a node's objects (`nodefeature.merge_node_features`)."""
+    documents = _documents(path)
+    if not documents:
         raise RuleError(f"{path}: holds no NodeFeature object")
-    first = objects[0]
-    for other in objects[1:]:
-        for name, flags in other.features.flags.items():
-            if flags is not None:
-                first.features.flags[name] = (first.features.flags.get(name) or set()) | flags
-            else:
-                first.features.flags.setdefault(name, None)
-        for name, attrs in other.features.attributes.items():
-            if attrs is not None:
-                first.features.attributes[name] = {
-                    **(first.features.attributes.get(name) or {}),
-                    **attrs,
-                }
-            else:
-                first.features.attributes.setdefault(name, None)
-        for name, instances in other.features.instances.items():
-            if instances is not None:
-                first.features.instances[name] = [
-                    *(first.features.instances.get(name) or []),
-                    *instances,
-                ]
-            else:
-                first.features.instances.setdefault(name, None)
-        first.labels.update(other.labels)
-    return first
+    return merge_node_features(documents, source=str(path))
 
 
 def read_rules(paths: list[Path]) -> list[NodeFeatureRule]:

@@ -108,6 +108,12 @@ def prune_line(subject: str, key: str | None = None) -> str:
     return f"{subject} {key} - (--prune)" if key is not None else f"{subject} - (--prune)"
 
 
+def predicted_line(node: str, key: str, value: str | None) -> str:
+    """A label nfd-master will write (`-`: remove) once the tree's NodeFeatureRules are
+    applied: `<node> <key> <value> (nfd)`, marked as not reconcile's write."""
+    return f"{node} {key} {'-' if value is None else value} (nfd)"
+
+
 def node_line(
     node: str, change: NodeChange, *, show_owner: bool = False, wide: bool = False
 ) -> str:

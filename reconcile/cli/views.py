@@ -36,6 +36,7 @@ from reconcile.cli.output import (
     node_line,
     object_lines,
     placement_line,
+    predicted_line,
     prune_line,
     severity_prefix,
 )
@@ -273,6 +274,8 @@ class TextView(View):
             # Out of sync too, though plain apply leaves them: each says --prune removes it.
             *(prune_line(p.node, p.key) for p in plan.prunable),
             *(prune_line(o) for o in plan.prunableObjects),
+            # Not reconcile's writes: what nfd-master will make of the tree's rules.
+            *(predicted_line(p.node, p.key, p.value) for p in plan.predicted or ()),
         ]
         self._lines(lines)
         for missing in plan.missingNodes:
@@ -938,6 +941,17 @@ def _plan_body(plan: Plan) -> str:
         parts += [
             f"- {_code(missing.name, cell=False)} ({_md(missing.source)})\n"
             for missing in plan.missingNodes
+        ]
+    if plan.predicted:
+        parts.append(
+            "\n**Predicted by NFD rules:** the labels nfd-master will write once the "
+            "NodeFeatureRules are applied (not reconcile's writes)\n\n"
+            "| Node | Label | Now | After | Rules |\n| --- | --- | --- | --- | --- |\n"
+        )
+        parts += [
+            f"| {_md(p.node)} | {_code(p.key)} | {_md_value(p.before)} | "
+            f"{_md_value(p.value)} | {_md(', '.join(p.rules))} |\n"
+            for p in plan.predicted
         ]
     if plan.prunable:
         parts.append(f"\n{len(plan.prunable)} label(s) would be removed by `--prune`.\n")

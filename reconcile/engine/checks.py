@@ -19,7 +19,7 @@ from reconcile.engine.findings import NO_POLICY, Finding, NodePolicy, overlay
 from reconcile.kube.objects import LiveNode
 
 if TYPE_CHECKING:
-    from reconcile.engine.plan import NodePlan, ObjectPlan
+    from reconcile.engine.plan import NodePlan, ObjectPlan, PredictedLabel
 
 
 def projected_labels(
@@ -62,13 +62,23 @@ class Projection:
     allow_evictions: bool = False
     # What each node will offer pods once it carries its labels after apply.
     policy: NodePolicy = NO_POLICY
+    # The labels nfd-master will write or remove once the tree's NodeFeatureRules apply.
+    predicted: Sequence[PredictedLabel] = ()
     _read: dict[frozenset[str], Sequence[dict[str, Any]]] = field(
         default_factory=dict, compare=False, repr=False
     )
 
     @cached_property
     def labels_after(self) -> dict[str, dict[str, str]]:
-        return projected_labels(self.desired, self.live, self.nodes)
+        """Every node's labels after apply, and after nfd-master applies the rules."""
+        projected = projected_labels(self.desired, self.live, self.nodes)
+        for label in self.predicted:
+            labels_ = projected.setdefault(label.node, {})
+            if label.value is None:
+                labels_.pop(label.key, None)
+            else:
+                labels_[label.key] = label.value
+        return projected
 
     @cached_property
     def taints_after(self) -> dict[str, tuple[dict[str, Any], ...]]:

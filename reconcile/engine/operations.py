@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol
 
 from reconcile.desired.models import DesiredState
 from reconcile.diagnostics import ReconcileError
-from reconcile.engine import budget, placement, saved
+from reconcile.engine import budget, nfdrules, placement, saved
 from reconcile.engine.checks import Check, Projection, run_checks
 from reconcile.engine.findings import NO_POLICY, NodePolicy, blocking
 from reconcile.engine.grants import Rule
@@ -116,6 +116,9 @@ def plan(
     server, uid = cluster.identity()
     live = list(live) if live is not None else cluster.list_nodes()
     node_part = build_plan(state, live, request.options, policy=policy)
+    predicted = nfdrules.predict(
+        state, cluster, live, pruned=objects.prunable if request.options.prune else ()
+    )
     projection = Projection(
         desired=state,
         live=live,
@@ -124,9 +127,10 @@ def plan(
         read_pods=cluster.pods_on_nodes,
         allow_evictions=request.options.allowEvictions,
         policy=policy,
+        predicted=tuple(predicted.labels),
     )
     phase("checking the change")
-    findings = [*objects.findings, *run_checks(checks, projection)]
+    findings = [*objects.findings, *predicted.findings, *run_checks(checks, projection)]
     the_plan = node_part.model_copy(
         update={
             "objects": tuple(objects.objects),
@@ -134,6 +138,7 @@ def plan(
             "prunableObjects": tuple(objects.prunable),
             "neverPruned": tuple(objects.never_pruned),
             "inventory": objects.inventory,
+            "predicted": tuple(predicted.labels) or None,
         }
     )
     return the_plan.bound(ClusterIdentity(server=server, kubeSystemUID=uid), state.digest)

@@ -114,6 +114,18 @@ class PrunableLabel(_Frozen):
     value: str
 
 
+class PredictedLabel(_Frozen):
+    """A label nfd-master will write (or remove: `value` None) on a node once apply
+    writes the tree's NodeFeatureRules: not reconcile's write (engine/nfdrules.py)."""
+
+    _omitted_when_none = ("value", "before")
+    node: str
+    key: str
+    value: str | None = None
+    before: str | None = None
+    rules: tuple[str, ...] = ()
+
+
 class ObjectAction(enum.StrEnum):
     """What apply does to a workload object."""
 
@@ -254,6 +266,8 @@ class _PlanContent(_Frozen):
     # Facts reconcile set earlier that desired/ no longer declares, on any node whose
     # inventory lists them (declared or not); removed only with --prune.
     prunable: tuple[PrunableLabel, ...] = ()
+    # What nfd-master will write once the tree's NodeFeatureRules are applied.
+    predicted: tuple[PredictedLabel, ...] | None = None
     findings: tuple[Finding, ...] = ()
     # Workload objects in apply order (prunes last, in reverse order).
     objects: tuple[ObjectPlan, ...] = ()
@@ -267,7 +281,7 @@ class _PlanContent(_Frozen):
     # An HMAC-SHA256 of `digest` under the plan key (RECONCILE_PLAN_KEY), when one was set.
     signature: str | None = None
     # A plan of every node says no selector at all (a plan saved before -l reads the same).
-    _omitted_when_none = ("signature", "selector")
+    _omitted_when_none = ("signature", "selector", "predicted")
 
 
 class Plan(_PlanContent, PlanOptions, _PlanOrigin):

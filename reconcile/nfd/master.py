@@ -54,6 +54,8 @@ class RuleResult:
     rule: str  # <NodeFeatureRule name>/<rule name>
     matched: bool
     explanation: list[str] = field(default_factory=list)
+    # The labels it gives when matched, namespaced (before nfd-master's filtering).
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -234,7 +236,8 @@ def evaluate(
                 raise RuleError(
                     f"{obj.file}: NodeFeatureRule/{obj.name} rule {r.name!r}: {e}"
                 ) from e
-            results.append(RuleResult(rule_id(obj, r), out.matched, explanation))
+            given = add_ns(out.labels, FEATURE_NS) if out.matched else {}
+            results.append(RuleResult(rule_id(obj, r), out.matched, explanation, given))
             if not out.matched:
                 continue
             taints.extend(out.taints)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from reconcile.kube import regexp
+from reconcile.kube.labels import go_quote
 from reconcile.nfd import rule as rules
 from reconcile.nfd import validate
 from reconcile.nfd.model import (
@@ -151,7 +152,7 @@ class Master:
             problem = e
         if isinstance(problem, validate.NSNotAllowed) or self.denied_ns(ns):
             if ns not in self.config.extra_label_ns:
-                raise ValueError(f"namespace {ns!r} is not allowed")
+                raise ValueError(f"namespace {go_quote(ns)} is not allowed")
         elif problem is not None and not self._unprefixed_allowed(problem):
             raise problem
         whitelist = self.config.label_whitelist

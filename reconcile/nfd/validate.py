@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from reconcile.kube import labels as kube_labels
+from reconcile.kube.labels import go_quote
 from reconcile.kube.quantity import QuantityError, parse_quantity
 from reconcile.nfd import template
 from reconcile.nfd.model import Taint, Term
@@ -21,6 +22,10 @@ FEATURE_NS: Final = "feature.node.kubernetes.io"
 PROFILE_NS: Final = "profile.node.kubernetes.io"
 ANNOTATION_VALUE_LIMIT: Final = 1 << 10
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# resource.ErrFormatWrong: ParseQuantity's error, without the value the API server adds.
+_QUANTITY_FORMAT: Final = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
 
 
 class ValidationError(ValueError):
@@ -81,16 +86,16 @@ def _namespace(key: str, *allowed: str) -> None:
 def label(key: str, value: str) -> None:
     """validate.Label."""
     if problems := kube_labels.is_qualified_name(key):
-        raise ValidationError(f"invalid label key {key!r}: {'; '.join(problems)}")
+        raise ValidationError(f"invalid label key {go_quote(key)}: {'; '.join(problems)}")
     _namespace(key, FEATURE_NS, PROFILE_NS)
     if problems := kube_labels.is_valid_label_value(value):
-        raise ValidationError(f"invalid value {value!r}: {'; '.join(problems)}")
+        raise ValidationError(f"invalid value {go_quote(value)}: {'; '.join(problems)}")
 
 
 def annotation(key: str, value: str) -> None:
     """validate.Annotation."""
     if problems := kube_labels.is_qualified_name(key):
-        raise ValidationError(f"invalid annotation key {key!r}: {'; '.join(problems)}")
+        raise ValidationError(f"invalid annotation key {go_quote(key)}: {'; '.join(problems)}")
     _namespace(key, FEATURE_NS)
     if len(value.encode()) > ANNOTATION_VALUE_LIMIT:
         raise ValidationError(
@@ -110,12 +115,13 @@ def taint(t: Taint) -> None:
 def extended_resource(key: str, value: str) -> None:
     """validate.ExtendedResource."""
     if problems := kube_labels.is_qualified_name(key):
-        raise ValidationError(f"invalid name {key!r}: {'; '.join(problems)}")
+        raise ValidationError(f"invalid name {go_quote(key)}: {'; '.join(problems)}")
     _namespace(key, FEATURE_NS)
     try:
         parse_quantity(value)
     except QuantityError as e:
-        raise ValidationError(f"invalid value {value!r}: {e}") from e
+        problem = _QUANTITY_FORMAT if str(e).startswith(_QUANTITY_FORMAT[:30]) else str(e)
+        raise ValidationError(f"invalid value {go_quote(value)}: {problem}") from e
 
 
 def match_features(terms: Sequence[Term]) -> list[str]:

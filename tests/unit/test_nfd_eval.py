@@ -129,7 +129,7 @@ def test_a_rule_that_did_not_match_still_makes_rule_matched_a_feature(tmp_path: 
     # nfd-master feeds every rule's output back, an empty one too: rule.matched exists
     # from the first rule on, so DoesNotExist on it matches after a rule that did not.
     rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES_AND_GROUP.split("---\n")[0])
+    rules.write_text(RULES_AND_GROUP.split("---\n", maxsplit=1)[0])
     result = run_cli(
         "nfd", "eval", "--features", str(_kernel_node(tmp_path)), str(rules), "-o", "json"
     )
@@ -183,7 +183,7 @@ def test_a_rule_error_names_file_line_and_rule(tmp_path: Path) -> None:
 
 def test_feature_gates(tmp_path: Path) -> None:
     rules = tmp_path / "rules.yaml"
-    rules.write_text(RULES_AND_GROUP.split("---\n")[0])
+    rules.write_text(RULES_AND_GROUP.split("---\n", maxsplit=1)[0])
     args = ("nfd", "eval", "--features", str(_kernel_node(tmp_path)), str(rules))
     gated = run_cli(*args, "--feature-gates", "DisableAutoPrefix=true", "-o", "json")
     assert gated.code == 0, gated.stderr

@@ -21,15 +21,55 @@ def nfd_group() -> None:
     """Node Feature Discovery: what nfd-master writes to a node, from its rules."""
 
 
-def eval_document(found: NodeOutput) -> dict[str, Any]:
-    """The -o json document of `nfd eval` (its interface: keep it exactly)."""
-    return {
+def eval_document(found: NodeOutput, *, groups: bool = False) -> dict[str, Any]:
+    """The -o json document of `nfd eval` (its interface: keep it exactly); `groups`
+    only when NodeFeatureGroup objects were given."""
+    document: dict[str, Any] = {
         "labels": found.labels,
         "annotations": found.annotations,
         "taints": [t.document() for t in found.taints],
         "extendedResources": found.extended_resources,
         "rules": [{"rule": r.rule, "matched": r.matched} for r in found.rules],
     }
+    if groups:
+        document["groups"] = [
+            {"group": g.group, "rule": g.rule, "matched": g.matched} for g in found.groups
+        ]
+    return document
+
+
+def _group_lines(found: NodeOutput) -> list[str]:
+    lines: list[str] = []
+    listed: dict[str, bool] = {}
+    for g in found.groups:
+        listed[g.group] = listed.get(g.group, False) or g.matched
+        lines.append(f"group {g.group} rule {g.rule}: {'matched' if g.matched else 'not matched'}")
+        lines += ["  " + line for line in g.explanation]
+    for name, matched in listed.items():
+        verb = "lists" if matched else "does not list"
+        lines.append(f"group {name}: nfd-master {verb} the node in status.nodes")
+    return lines
+
+
+def _feature_gates(values: tuple[str, ...]) -> dict[str, bool]:
+    """nfd-master -feature-gates: `Gate=true|false`, comma-separated; only the gates
+    that change what `eval` computes."""
+    from reconcile.nfd import master
+
+    gates: dict[str, bool] = {}
+    for value in values:
+        for item in filter(None, value.split(",")):
+            name, sep, setting = item.partition("=")
+            name = name.strip()
+            if not sep or setting.strip().lower() not in ("true", "false"):
+                raise ReconcileError(f"--feature-gates: {item!r}: expected Gate=true|false")
+            if name != master.DISABLE_AUTO_PREFIX:
+                raise ReconcileError(
+                    f"--feature-gates: {name!r}: eval knows only {master.DISABLE_AUTO_PREFIX}"
+                    f" (NodeFeatureGroups are evaluated whenever RULES holds them)"
+                )
+            gates[name] = setting.strip().lower() == "true"
+    return gates
 
 
 def _text(found: NodeOutput, node_labels: dict[str, str] | None, owned: set[str] | None) -> str:
@@ -43,6 +83,10 @@ def _text(found: NodeOutput, node_labels: dict[str, str] | None, owned: set[str]
     lines += [f"taint {t.key}={t.value}:{t.effect}" for t in found.taints]
     lines += [f"extendedResource {k}={v}" for k, v in found.extended_resources.items()]
     lines += [f"ignored {why}" for why in found.rejected]
+    lines += [f"warning {why}" for why in found.warnings]
+    if found.groups:
+        lines.append("")
+        lines += _group_lines(found)
     if node_labels is not None:
         lines.append("")
         for key, value in found.labels.items():
@@ -77,6 +121,12 @@ def _text(found: NodeOutput, node_labels: dict[str, str] | None, owned: set[str]
 @click.option("--deny-label-ns", multiple=True, metavar="NS", help="nfd-master -deny-label-ns.")
 @click.option("--label-whitelist", metavar="REGEXP", help="nfd-master -label-whitelist.")
 @click.option("--enable-taints", is_flag=True, help="nfd-master -enable-taints.")
+@click.option(
+    "--feature-gates",
+    multiple=True,
+    metavar="GATE=BOOL",
+    help="nfd-master -feature-gates (DisableAutoPrefix).",
+)
 @click.argument(
     "rule_files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False)
 )
@@ -89,11 +139,13 @@ def nfd_eval(
     deny_label_ns: tuple[str, ...],
     label_whitelist: str | None,
     enable_taints: bool,
+    feature_gates: tuple[str, ...],
     rule_files: tuple[Path, ...],
 ) -> int:
     """Evaluate NodeFeatureRule objects (RULES.yaml ...) against one node's NodeFeature, as
     nfd-master does, and print what it would write to that node: labels, annotations,
-    taints and extended resources, and whether each rule matched.
+    taints and extended resources, and whether each rule matched. NodeFeatureGroup
+    objects in RULES are evaluated too: whether each group rule matches the node.
 
     Text output explains every term and expression: matched, or the value that failed.
     A rule nfd-master cannot run (unknown operator, wrong value count, invalid RE2
@@ -107,23 +159,25 @@ def nfd_eval(
 
     if label_whitelist is not None and (problem := compile_error(label_whitelist)):
         raise ReconcileError(f"--label-whitelist: {problem}")
+    gates = _feature_gates(feature_gates)
     config = master.MasterConfig(
         extra_label_ns=frozenset(extra_label_ns),
         deny_label_ns=frozenset(deny_label_ns),
         label_whitelist=label_whitelist,
         enable_taints=enable_taints,
+        disable_auto_prefix=gates.get(master.DISABLE_AUTO_PREFIX, False),
     )
     try:
         node = reading.read_node_feature(features_file)
-        objects = reading.read_rules(list(rule_files))
+        objects, groups = reading.read_rules_and_groups(list(rule_files))
         labels = annotations = None
         if node_labels is not None:
             labels, annotations = reading.read_node_labels(node_labels)
-        found = master.evaluate(node, objects, config, explain=not output.document)
+        found = master.evaluate(node, objects, config, explain=not output.document, groups=groups)
     except RuleError as e:
         raise ReconcileError(str(e)) from e
     if output.document:
-        write_document(eval_document(found), stdout(), output)
+        write_document(eval_document(found, groups=bool(groups)), stdout(), output)
     else:
         owned = None
         if annotations is not None and "nfd.node.kubernetes.io/feature-labels" in annotations:

@@ -6,12 +6,13 @@ processNodeFeatureRule (NodeFeatureRule objects by name, each one's rules in ord
 rule's raw labels and vars fed back as the `rule.matched` attribute feature for the rules
 after it), refreshNodeFeatures (the NodeFeature's own labels under the rules' labels),
 filterFeatureLabel with getDynamicValue (`@<domain>.<feature>.<element>` values), the
-default namespace feature.node.kubernetes.io for unprefixed keys (addNsToMapKeys, the
-DisableAutoPrefix feature gate off, its default), -extra-label-ns, -deny-label-ns (a
+default namespace feature.node.kubernetes.io for unprefixed keys (addNsToMapKeys; with
+the DisableAutoPrefix feature gate on, none, and unprefixed keys allowed), -extra-label-ns, -deny-label-ns (a
 leading `*` denies every namespace ending with the rest), -label-whitelist, -enable-taints
 (off by default: no taints are written), filterFeatureAnnotations,
 filterExtendedResources and filterTaints; with the checks of
-pkg/apis/nfd/validate/validate.go.
+pkg/apis/nfd/validate/validate.go. And nfdAPIUpdateNodeFeatureGroup: which rules of a
+NodeFeatureGroup match the node (nfd-master's NodeFeatureGroupAPI feature gate).
 """
 
 from __future__ import annotations
@@ -21,22 +22,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from reconcile.kube import labels as kube_labels
 from reconcile.kube import regexp
-from reconcile.kube.quantity import QuantityError, parse_quantity
+from reconcile.kube.labels import go_quote
 from reconcile.nfd import rule as rules
-from reconcile.nfd.model import Features, NodeFeature, NodeFeatureRule, Rule, RuleError, Taint
+from reconcile.nfd import validate
+from reconcile.nfd.model import (
+    Features,
+    GroupRule,
+    NodeFeature,
+    NodeFeatureGroup,
+    NodeFeatureRule,
+    Rule,
+    RuleError,
+    Taint,
+    Term,
+)
+from reconcile.nfd.validate import FEATURE_NS, PROFILE_NS
 
-FEATURE_NS: Final = "feature.node.kubernetes.io"
-PROFILE_NS: Final = "profile.node.kubernetes.io"
+__all__ = ["FEATURE_NS", "PROFILE_NS", "MasterConfig", "NodeOutput", "add_ns", "evaluate"]
+
 BACKREF_DOMAIN: Final = "rule"
 BACKREF_FEATURE: Final = "matched"
-ANNOTATION_VALUE_LIMIT: Final = 1 << 10
-_TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-
-
-class _NotAllowed(ValueError):
-    """validate.ErrNSNotAllowed."""
+DISABLE_AUTO_PREFIX: Final = "DisableAutoPrefix"
+NODE_FEATURE_GROUP_API: Final = "NodeFeatureGroupAPI"
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,9 @@ class MasterConfig:
     deny_label_ns: frozenset[str] = frozenset()
     label_whitelist: str | None = None
     enable_taints: bool = False
+    # The DisableAutoPrefix feature gate (alpha, off by default): unprefixed keys are
+    # neither put under feature.node.kubernetes.io nor refused.
+    disable_auto_prefix: bool = False
 
 
 @dataclass
@@ -59,6 +70,14 @@ class RuleResult:
 
 
 @dataclass
+class GroupResult:
+    group: str  # the NodeFeatureGroup's name
+    rule: str  # the group rule's name
+    matched: bool
+    explanation: list[str] = field(default_factory=list)
+
+
+@dataclass
 class NodeOutput:
     """What nfd-master writes to the node, and why each thing is or is not there."""
 
@@ -68,11 +87,9 @@ class NodeOutput:
     extended_resources: dict[str, str]
     rules: list[RuleResult]
     rejected: list[str]  # `<what> <key>: <why>`, as nfd-master logs "ignoring ..."
-
-
-def _split_ns(name: str) -> tuple[str, str]:
-    ns, sep, base = name.partition("/")
-    return (ns, base) if sep else ("", name)
+    # kubectl-nfd validate's findings nfd-master evaluates anyway: `<rule>: <problem>`.
+    warnings: list[str] = field(default_factory=list)
+    groups: list[GroupResult] = field(default_factory=list)
 
 
 def add_ns(values: dict[str, str], ns: str) -> dict[str, str]:
@@ -86,25 +103,9 @@ def add_ns(values: dict[str, str], ns: str) -> dict[str, str]:
     return out
 
 
-def _kubernetes_io(ns: str) -> bool:
-    return ns == "kubernetes.io" or ns.endswith(".kubernetes.io")
-
-
-def _own(ns: str, *allowed: str) -> bool:
-    return any(ns == a or ns.endswith("." + a) for a in allowed)
-
-
 def validate_label(key: str, value: str) -> None:
-    """validate.Label: ValueError with its message, _NotAllowed for a namespace."""
-    if problems := kube_labels.is_qualified_name(key):
-        raise ValueError(f"invalid label key {key!r}: {'; '.join(problems)}")
-    ns, _ = _split_ns(key)
-    if not ns:
-        raise ValueError("unprefixed keys are not allowed")
-    if _kubernetes_io(ns) and not _own(ns, FEATURE_NS, PROFILE_NS):
-        raise _NotAllowed("namespace is not allowed")
-    if problems := kube_labels.is_valid_label_value(value):
-        raise ValueError(f"invalid value {value!r}: {'; '.join(problems)}")
+    """validate.Label (ValidationError with its message; NSNotAllowed for a namespace)."""
+    validate.label(key, value)
 
 
 def dynamic_value(value: str, features: Features) -> str:
@@ -121,30 +122,40 @@ def dynamic_value(value: str, features: Features) -> str:
     return str(elements[split[2]])
 
 
-class _Master:
+class Master:
+    """nfd-master's filters (filterFeatureLabel, filterExtendedResource,
+    filterFeatureAnnotations, filterTaints) under one configuration."""
+
     def __init__(self, config: MasterConfig) -> None:
         self.config = config
+        # preProcessDeniedNamespaces
         self.denied = {ns for ns in config.deny_label_ns if not ns.startswith("*")}
         self.denied_suffixes = {ns.lstrip("*") for ns in config.deny_label_ns if ns.startswith("*")}
         self.rejected: list[str] = []
 
     def denied_ns(self, ns: str) -> bool:
+        """isNamespaceDenied."""
         return ns in self.denied or any(ns.endswith(s) for s in self.denied_suffixes)
+
+    def _unprefixed_allowed(self, problem: validate.ValidationError) -> bool:
+        return self.config.disable_auto_prefix and isinstance(
+            problem, validate.UnprefixedKeysNotAllowed
+        )
 
     def label(self, key: str, value: str, features: Features) -> str:
         """filterFeatureLabel: the value written, or ValueError saying why none is."""
         if value.startswith("@"):
             value = dynamic_value(value, features)
-        ns, base = _split_ns(key)
-        problem: ValueError | None = None
+        ns, base = validate.split_ns(key)
+        problem: validate.ValidationError | None = None
         try:
-            validate_label(key, value)
-        except ValueError as e:
+            validate.label(key, value)
+        except validate.ValidationError as e:
             problem = e
-        if isinstance(problem, _NotAllowed) or self.denied_ns(ns):
+        if isinstance(problem, validate.NSNotAllowed) or self.denied_ns(ns):
             if ns not in self.config.extra_label_ns:
-                raise ValueError(f"namespace {ns!r} is not allowed")
-        elif problem is not None:
+                raise ValueError(f"namespace {go_quote(ns)} is not allowed")
+        elif problem is not None and not self._unprefixed_allowed(problem):
             raise problem
         whitelist = self.config.label_whitelist
         if whitelist is not None and not regexp.search(whitelist, base):
@@ -152,60 +163,58 @@ class _Master:
         return value
 
     def extended_resource(self, key: str, value: str, features: Features) -> str:
+        """filterExtendedResource: the capacity written, or ValueError saying why none is."""
         if value.startswith("@"):
             value = dynamic_value(value, features)
-        if problems := kube_labels.is_qualified_name(key):
-            raise ValueError(f"invalid name {key!r}: {'; '.join(problems)}")
-        ns, _ = _split_ns(key)
-        if not ns:
-            raise ValueError("unprefixed keys are not allowed")
-        if _kubernetes_io(ns) and not _own(ns, FEATURE_NS):
-            raise ValueError("namespace is not allowed")
         try:
-            parse_quantity(value)
-        except QuantityError as e:
-            raise ValueError(f"invalid value {value!r}: {e}") from e
+            validate.extended_resource(key, value)
+        except validate.ValidationError as e:
+            if not self._unprefixed_allowed(e):
+                raise
         return value
 
-    def annotation(self, key: str, value: str) -> None:
-        if problems := kube_labels.is_qualified_name(key):
-            raise ValueError(f"invalid annotation key {key!r}: {'; '.join(problems)}")
-        ns, _ = _split_ns(key)
-        if not ns:
-            raise ValueError("unprefixed keys are not allowed")
-        if _kubernetes_io(ns) and not _own(ns, FEATURE_NS):
-            raise ValueError("namespace is not allowed")
-        if len(value) > ANNOTATION_VALUE_LIMIT:
-            raise ValueError(
-                f"invalid value: too long: feature annotations must not be longer than {ANNOTATION_VALUE_LIMIT} characters"
-            )
+    def annotation(self, key: str, value: str) -> str:
+        """One annotation of filterFeatureAnnotations."""
+        try:
+            validate.annotation(key, value)
+        except validate.ValidationError as e:
+            if not self._unprefixed_allowed(e):
+                raise
+        return value
 
     @staticmethod
     def taint(taint: Taint) -> None:
-        ns, _ = _split_ns(taint.key)
-        if not ns:
-            raise ValueError("unprefixed keys are not allowed")
-        if _kubernetes_io(ns) and not _own(ns, FEATURE_NS):
-            raise ValueError("namespace is not allowed")
-        if not taint.effect:
-            raise ValueError("empty taint effect")
-        if taint.effect not in _TAINT_EFFECTS:
-            raise ValueError("invalid taint effect")
+        """One taint of filterTaints."""
+        validate.taint(taint)
 
 
 def rule_id(obj: NodeFeatureRule, rule: Rule) -> str:
     return f"{obj.name}/{rule.name}"
 
 
-def check_rules(objects: Sequence[NodeFeatureRule]) -> None:
-    """RuleError for the first rule that cannot run on any node, naming its file and rule."""
+def check_rules(objects: Sequence[NodeFeatureRule | NodeFeatureGroup]) -> None:
+    """RuleError for the first rule that cannot run on any node, naming its place and rule."""
     for obj in objects:
-        for r in obj.rules:
+        written: Sequence[Rule | GroupRule] = obj.rules
+        for i, r in enumerate(written):
             problem = rules.check(r)
             if problem is not None:
-                raise RuleError(
-                    f"{obj.file}: NodeFeatureRule/{obj.name} rule {r.name!r}: {problem}"
-                )
+                raise RuleError(f"{obj.where(i)}: {problem}")
+
+
+def _warnings(objects: Sequence[NodeFeatureRule]) -> list[str]:
+    """kubectl-nfd validate's MatchFeatures and MatchAny checks: what nfd-master runs but a
+    template cannot use."""
+    found = []
+    for obj in sorted(objects, key=lambda o: o.name):
+        for r in obj.rules:
+            problems = validate.match_features(r.match_features) + validate.match_any(r.match_any)
+            found += [f"rule {rule_id(obj, r)}: {p}" for p in problems]
+    return found
+
+
+def _add_ns(config: MasterConfig, values: dict[str, str]) -> dict[str, str]:
+    return dict(values) if config.disable_auto_prefix else add_ns(values, FEATURE_NS)
 
 
 def evaluate(
@@ -214,11 +223,14 @@ def evaluate(
     config: MasterConfig | None = None,
     *,
     explain: bool = False,
+    groups: Sequence[NodeFeatureGroup] = (),
 ) -> NodeOutput:
-    """What nfd-master writes to the node whose features `node` holds. RuleError when a
-    rule cannot be evaluated (nfd-master would log it and skip the rule on this node)."""
-    master = _Master(config or MasterConfig())
+    """What nfd-master writes to the node whose features `node` holds, and which rules of
+    the NodeFeatureGroups `groups` match it. RuleError when a rule cannot be evaluated
+    (nfd-master would log it and skip the rule on this node)."""
+    master = Master(config or MasterConfig())
     check_rules(objects)
+    check_rules(groups)
     features = copy.deepcopy(node.features)
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
@@ -226,27 +238,25 @@ def evaluate(
     taints: list[Taint] = []
     results: list[RuleResult] = []
     for obj in sorted(objects, key=lambda o: o.name):
-        for r in obj.rules:
+        for i, r in enumerate(obj.rules):
             explanation: list[str] = []
             if explain:
-                explanation = _explanation(r, features)
+                explanation = _explanation(r.match_any, r.match_features, features)
             try:
                 out = rules.execute(r, features)
             except RuleError as e:
-                raise RuleError(
-                    f"{obj.file}: NodeFeatureRule/{obj.name} rule {r.name!r}: {e}"
-                ) from e
-            given = add_ns(out.labels, FEATURE_NS) if out.matched else {}
+                raise RuleError(f"{obj.where(i)}: {e}") from e
+            given = _add_ns(master.config, out.labels) if out.matched else {}
             results.append(RuleResult(rule_id(obj, r), out.matched, explanation, given))
-            if not out.matched:
-                continue
             taints.extend(out.taints)
-            labels.update(add_ns(out.labels, FEATURE_NS))
-            extended.update(add_ns(out.extended_resources, FEATURE_NS))
-            annotations.update(add_ns(out.annotations, FEATURE_NS))
+            labels.update(_add_ns(master.config, out.labels))
+            extended.update(_add_ns(master.config, out.extended_resources))
+            annotations.update(_add_ns(master.config, out.annotations))
+            # A rule that did not match feeds back nothing, but the feature is there
+            # from the first rule on (InsertAttributeFeatures with a nil map).
             features.insert_attributes(BACKREF_DOMAIN, BACKREF_FEATURE, out.labels)
             features.insert_attributes(BACKREF_DOMAIN, BACKREF_FEATURE, out.vars)
-    merged = add_ns(node.labels, FEATURE_NS)
+    merged = _add_ns(master.config, node.labels)
     merged.update(labels)
 
     def kept(items: dict[str, str], check: Callable[[str, str], str], what: str) -> dict[str, str]:
@@ -260,15 +270,11 @@ def evaluate(
                 master.rejected.append(f"{what} {key}: {e}")
         return written
 
-    def annotation(key: str, value: str) -> str:
-        master.annotation(key, value)
-        return value
-
     written = kept(merged, lambda k, v: master.label(k, v, features), "label")
     written_er = kept(
         extended, lambda k, v: master.extended_resource(k, v, features), "extended resource"
     )
-    written_annotations = kept(annotations, annotation, "annotation")
+    written_annotations = kept(annotations, master.annotation, "annotation")
     written_taints: list[Taint] = []
     if master.config.enable_taints:
         for taint in taints:
@@ -288,18 +294,44 @@ def evaluate(
         extended_resources=dict(sorted(written_er.items())),
         rules=results,
         rejected=master.rejected,
+        warnings=_warnings(objects),
+        groups=[g for group in groups for g in evaluate_group(node, group, explain=explain)],
     )
 
 
-def _explanation(r: Rule, features: Features) -> list[str]:
+def evaluate_group(
+    node: NodeFeature, group: NodeFeatureGroup, *, explain: bool = False
+) -> list[GroupResult]:
+    """nfdAPIUpdateNodeFeatureGroup for one node: each group rule executed in order on the
+    node's own features (not the NodeFeatureRules' outputs), each one's vars fed back as
+    `rule.matched` for the rules after it. nfd-master lists the node in the group's
+    status.nodes when any rule matched. RuleError when a rule cannot be evaluated."""
+    features = copy.deepcopy(node.features)
+    results = []
+    for i, r in enumerate(group.rules):
+        explanation: list[str] = []
+        if explain:
+            explanation = _explanation(r.match_any, r.match_features, features)
+        try:
+            out = rules.execute_group_rule(r, features)
+        except RuleError as e:
+            raise RuleError(f"{group.where(i)}: {e}") from e
+        results.append(GroupResult(group.name, r.name, out.matched, explanation))
+        features.insert_attributes(BACKREF_DOMAIN, BACKREF_FEATURE, out.vars)
+    return results
+
+
+def _explanation(
+    match_any: tuple[tuple[Term, ...], ...], match_features: tuple[Term, ...], features: Features
+) -> list[str]:
     lines: list[str] = []
-    if r.match_any:
-        for i, terms in enumerate(r.match_any):
+    if match_any:
+        for i, terms in enumerate(match_any):
             lines.append(f"matchAny[{i}]:")
             lines += ["  " + line for line in rules.explain_terms(terms, features)]
-    if r.match_features:
+    if match_features:
         lines.append("matchFeatures:")
-        lines += ["  " + line for line in rules.explain_terms(r.match_features, features)]
-    if not r.match_any and not r.match_features:
+        lines += ["  " + line for line in rules.explain_terms(match_features, features)]
+    if not match_any and not match_features:
         lines.append("no matchFeatures or matchAny: matches every node")
     return lines

@@ -9,7 +9,7 @@ field type); a reader names the object, the rule and the field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -106,6 +106,40 @@ class NodeFeatureRule:
     name: str
     rules: tuple[Rule, ...]
     file: str = ""
+    # Where each rule is written (`file:line:col`), in the order of `rules`.
+    places: tuple[str, ...] = ()
+
+    def where(self, index: int) -> str:
+        """`<file:line:col>: NodeFeatureRule/<name> rule '<rule>'`, for an error."""
+        place = self.places[index] if index < len(self.places) else self.file
+        return f"{place}: NodeFeatureRule/{self.name} rule {self.rules[index].name!r}"
+
+
+@dataclass(frozen=True)
+class GroupRule:
+    """types.go GroupRule: one entry of a NodeFeatureGroup's spec.featureGroupRules."""
+
+    name: str
+    vars: dict[str, str] = field(default_factory=dict)
+    vars_template: str = ""
+    match_features: tuple[Term, ...] = ()
+    match_any: tuple[tuple[Term, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeFeatureGroup:
+    name: str
+    rules: tuple[GroupRule, ...]
+    file: str = ""
+    places: tuple[str, ...] = ()
+
+    def where(self, index: int) -> str:
+        place = self.places[index] if index < len(self.places) else self.file
+        return f"{place}: NodeFeatureGroup/{self.name} rule {self.rules[index].name!r}"
+
+
+# Where a path of an object is written (`file:line:col`); the file alone when unknown.
+Locate = Callable[[tuple[str | int, ...]], str]
 
 
 @dataclass
@@ -203,14 +237,29 @@ def _taints(value: Any, where: str, path: str) -> tuple[Taint, ...]:
     return tuple(out)
 
 
-def parse_rule(raw: Any, where: str, index: int) -> Rule:
-    path = f"spec.rules[{index}]"
-    found = _mapping(raw, where, path) or {}
-    name = _string(found.get("name"), where, f"{path}.name")
-    at = f"{where} rule {name!r}" if name else where
+def _match_any(found: dict[str, Any], at: str) -> tuple[tuple[Term, ...], ...]:
     match_any = found.get("matchAny")
     if match_any is not None and not isinstance(match_any, list):
         raise RuleError(f"{at}: matchAny: must be a list")
+    return tuple(
+        _terms(
+            (_mapping(elem, at, f"matchAny[{i}]") or {}).get("matchFeatures"),
+            at,
+            f"matchAny[{i}].matchFeatures",
+        )
+        for i, elem in enumerate(match_any or [])
+    )
+
+
+def _rule_fields(raw: Any, where: str, path: str) -> tuple[dict[str, Any], str, str]:
+    found = _mapping(raw, where, path) or {}
+    name = _string(found.get("name"), where, f"{path}.name")
+    at = f"{where} rule {name!r}" if name else f"{where}: {path}"
+    return found, name, at
+
+
+def parse_rule(raw: Any, where: str, index: int) -> Rule:
+    found, name, at = _rule_fields(raw, where, f"spec.rules[{index}]")
     return Rule(
         name=name,
         labels=_strings(found.get("labels"), at, "labels"),
@@ -221,14 +270,18 @@ def parse_rule(raw: Any, where: str, index: int) -> Rule:
         taints=_taints(found.get("taints"), at, "taints"),
         extended_resources=_strings(found.get("extendedResources"), at, "extendedResources"),
         match_features=_terms(found.get("matchFeatures"), at, "matchFeatures"),
-        match_any=tuple(
-            _terms(
-                (_mapping(elem, at, f"matchAny[{i}]") or {}).get("matchFeatures"),
-                at,
-                f"matchAny[{i}].matchFeatures",
-            )
-            for i, elem in enumerate(match_any or [])
-        ),
+        match_any=_match_any(found, at),
+    )
+
+
+def parse_group_rule(raw: Any, where: str, index: int) -> GroupRule:
+    found, name, at = _rule_fields(raw, where, f"spec.featureGroupRules[{index}]")
+    return GroupRule(
+        name=name,
+        vars=_strings(found.get("vars"), at, "vars"),
+        vars_template=_string(found.get("varsTemplate"), at, "varsTemplate"),
+        match_features=_terms(found.get("matchFeatures"), at, "matchFeatures"),
+        match_any=_match_any(found, at),
     )
 
 
@@ -245,16 +298,48 @@ def _identity(data: Any, file: str, kind: str) -> tuple[dict[str, Any], str]:
     return data, name
 
 
-def parse_node_feature_rule(data: Any, file: str) -> NodeFeatureRule:
-    """A NodeFeatureRule object; RuleError naming the file, object and rule otherwise."""
-    found, name = _identity(data, file, "NodeFeatureRule")
-    where = f"{file}: NodeFeatureRule/{name}"
-    spec = _mapping(found.get("spec"), where, "spec") or {}
+def _locate(file: str, at: Locate | None) -> Locate:
+    return at or (lambda _path: file)
+
+
+def parse_node_feature_rule(data: Any, file: str, at: Locate | None = None) -> NodeFeatureRule:
+    """A NodeFeatureRule object; RuleError naming the place, object and rule otherwise."""
+    locate = _locate(file, at)
+    found, name = _identity(data, locate(()), "NodeFeatureRule")
+    spec = _mapping(found.get("spec"), f"{locate(())}: NodeFeatureRule/{name}", "spec") or {}
     rules = spec.get("rules")
     if not isinstance(rules, list):
-        raise RuleError(f"{where}: spec.rules: must be a list")
+        raise RuleError(f"{locate(('spec',))}: NodeFeatureRule/{name}: spec.rules: must be a list")
+    places = tuple(locate(("spec", "rules", i)) for i in range(len(rules)))
     return NodeFeatureRule(
-        name, tuple(parse_rule(r, where, i) for i, r in enumerate(rules)), file=file
+        name,
+        tuple(
+            parse_rule(r, f"{places[i]}: NodeFeatureRule/{name}", i) for i, r in enumerate(rules)
+        ),
+        file=file,
+        places=places,
+    )
+
+
+def parse_node_feature_group(data: Any, file: str, at: Locate | None = None) -> NodeFeatureGroup:
+    """A NodeFeatureGroup object (its spec.featureGroupRules; the status is not read)."""
+    locate = _locate(file, at)
+    found, name = _identity(data, locate(()), "NodeFeatureGroup")
+    spec = _mapping(found.get("spec"), f"{locate(())}: NodeFeatureGroup/{name}", "spec") or {}
+    rules = spec.get("featureGroupRules")
+    if not isinstance(rules, list):
+        raise RuleError(
+            f"{locate(('spec',))}: NodeFeatureGroup/{name}: spec.featureGroupRules: must be a list"
+        )
+    places = tuple(locate(("spec", "featureGroupRules", i)) for i in range(len(rules)))
+    return NodeFeatureGroup(
+        name,
+        tuple(
+            parse_group_rule(r, f"{places[i]}: NodeFeatureGroup/{name}", i)
+            for i, r in enumerate(rules)
+        ),
+        file=file,
+        places=places,
     )
 
 

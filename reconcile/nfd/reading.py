@@ -10,12 +10,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from reconcile.desired.yamlpos import parse_yaml
-from reconcile.nfd.model import NodeFeature, NodeFeatureRule, RuleError, parse_node_feature_rule
+from reconcile.desired.yamlpos import YamlDocument, parse_yaml
+from reconcile.nfd.model import (
+    NodeFeature,
+    NodeFeatureGroup,
+    NodeFeatureRule,
+    RuleError,
+    parse_node_feature_group,
+    parse_node_feature_rule,
+)
 from reconcile.nfd.nodefeature import merge_node_features
 
 
-def _documents(path: Path) -> list[Any]:
+def _placed(path: Path) -> list[tuple[Any, YamlDocument, tuple[str | int, ...]]]:
+    """Every object of `path` (a List's items one by one), with its document and path."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -23,14 +31,18 @@ def _documents(path: Path) -> list[Any]:
     documents, problems = parse_yaml(text, str(path))
     if problems:
         raise RuleError(str(problems[0]))
-    found: list[Any] = []
+    found: list[tuple[Any, YamlDocument, tuple[str | int, ...]]] = []
     for doc in documents:
         data = doc.data
         if isinstance(data, dict) and data.get("kind", "").endswith("List") and "items" in data:
-            found.extend(data["items"] or [])
+            found.extend((item, doc, ("items", i)) for i, item in enumerate(data["items"] or []))
         else:
-            found.append(data)
+            found.append((data, doc, ()))
     return found
+
+
+def _documents(path: Path) -> list[Any]:
+    return [data for data, _, _ in _placed(path)]
 
 
 def read_node_feature(path: Path) -> NodeFeature:
@@ -44,7 +56,36 @@ def read_node_feature(path: Path) -> NodeFeature:
 
 def read_rules(paths: list[Path]) -> list[NodeFeatureRule]:
     """Every NodeFeatureRule in `paths` (other kinds are refused)."""
-    return [parse_node_feature_rule(d, str(p)) for p in paths for d in _documents(p)]
+    rules, groups = read_rules_and_groups(paths)
+    if groups:
+        raise RuleError(
+            f"{groups[0].file}: NodeFeatureGroup/{groups[0].name}: not a NodeFeatureRule"
+        )
+    return rules
+
+
+def read_rules_and_groups(
+    paths: list[Path],
+) -> tuple[list[NodeFeatureRule], list[NodeFeatureGroup]]:
+    """Every NodeFeatureRule and NodeFeatureGroup in `paths`, each rule knowing the
+    file:line:col it is written at (other kinds are refused)."""
+    rules: list[NodeFeatureRule] = []
+    groups: list[NodeFeatureGroup] = []
+    for path in paths:
+        for data, doc, base in _placed(path):
+
+            def at(
+                sub: tuple[str | int, ...],
+                doc: YamlDocument = doc,
+                base: tuple[str | int, ...] = base,
+            ) -> str:
+                return str(doc.at(base + sub))
+
+            if isinstance(data, dict) and data.get("kind") == "NodeFeatureGroup":
+                groups.append(parse_node_feature_group(data, str(path), at))
+            else:
+                rules.append(parse_node_feature_rule(data, str(path), at))
+    return rules, groups
 
 
 def read_node_labels(path: Path) -> tuple[dict[str, str], dict[str, str]]:

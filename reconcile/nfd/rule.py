@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from reconcile.nfd import expression, template
 from reconcile.nfd.expression import ExpressionError, MatchedElement
-from reconcile.nfd.model import Expression, Features, Rule, RuleError, Taint, Term
+from reconcile.nfd.model import Expression, Features, GroupRule, Rule, RuleError, Taint, Term
 
 # domain -> feature -> matched elements: the data a template ranges over.
 MatchedFeatures = dict[str, dict[str, list[MatchedElement]]]
@@ -32,16 +32,17 @@ class RuleOutput:
     taints: tuple[Taint, ...] = ()
 
 
-def _terms(rule: Rule) -> list[tuple[str, Term]]:
+def _terms(rule: Rule | GroupRule) -> list[tuple[str, Term]]:
     found = [(f"matchFeatures[{i}]", t) for i, t in enumerate(rule.match_features)]
     for n, terms in enumerate(rule.match_any):
         found += [(f"matchAny[{n}].matchFeatures[{i}]", t) for i, t in enumerate(terms)]
     return found
 
 
-def check(rule: Rule) -> str | None:
+def check(rule: Rule | GroupRule) -> str | None:
     """The first error that stops `rule` on every node, as `<field>: <error>`; None when
     it can run."""
+    labels_template = rule.labels_template if isinstance(rule, Rule) else ""
     for path, term in _terms(rule):
         for name, e in term.expressions or ():
             problem = expression.check(e)
@@ -50,7 +51,7 @@ def check(rule: Rule) -> str | None:
         if term.name is not None and (problem := expression.check(term.name)) is not None:
             return f"{path}.matchName: {problem}"
     for key, source in (
-        ("labelsTemplate", rule.labels_template),
+        ("labelsTemplate", labels_template),
         ("varsTemplate", rule.vars_template),
     ):
         if source and (problem := template.check(source)) is not None:
@@ -136,6 +137,40 @@ def execute(rule: Rule, features: Features) -> RuleOutput:
         extended_resources=dict(rule.extended_resources),
         taints=rule.taints,
     )
+
+
+@dataclass
+class GroupRuleOutput:
+    """rule.go GroupRuleOutput: whether the group rule matched, and its vars."""
+
+    matched: bool
+    vars: dict[str, str] = field(default_factory=dict)
+
+
+def execute_group_rule(rule: GroupRule, features: Features) -> GroupRuleOutput:
+    """rule.go ExecuteGroupRule with failFast, as nfd-master runs it for each node of a
+    NodeFeatureGroup. RuleError when nfd-master would log "failed to evaluate rule"."""
+    vars_: dict[str, str] = {}
+    try:
+        any_matched = False
+        for terms in rule.match_any:
+            ok, found = evaluate_terms(terms, features)
+            if ok:
+                any_matched = True
+                if not rule.vars_template:
+                    break
+                _expand(rule.vars_template, found, vars_)
+        if rule.match_any and not any_matched:
+            return GroupRuleOutput(False)
+        if rule.match_features:
+            ok, found = evaluate_terms(rule.match_features, features)
+            if not ok:
+                return GroupRuleOutput(False)
+            _expand(rule.vars_template, found, vars_)
+    except (ExpressionError, template.TemplateError) as e:
+        raise RuleError(str(e)) from e
+    vars_.update(rule.vars)
+    return GroupRuleOutput(True, vars_)
 
 
 # ---- explanation --------------------------------------------------------------------------

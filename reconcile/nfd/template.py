@@ -53,6 +53,11 @@ class _Tok:
     text: str
 
 
+def _go_rune(c: str) -> str:
+    """Go's %#U of a printable rune: U+003D '='."""
+    return f"U+{ord(c):04X} {c!r}" if c.isprintable() else f"U+{ord(c):04X}"
+
+
 def _tokens(action: str, line: int) -> list[_Tok]:
     out: list[_Tok] = []
     pos = 0
@@ -66,6 +71,11 @@ def _tokens(action: str, line: int) -> list[_Tok]:
             )
         kind = m.lastgroup or ""
         text = m.group(kind)
+        if kind in ("field", "var", "ident") and m.end() < len(action):
+            # lex.go atTerminator: a name ends at a space, a delimiter or `.,|:()`.
+            after = action[m.end()]
+            if not after.isspace() and after not in ".,|:()":
+                raise TemplateError(f"template: :{line}: bad character {_go_rune(after)}")
         # A field chain may follow a variable or a closing paren directly: `$x.Name`.
         if (
             kind == "field"
@@ -307,10 +317,6 @@ def _actions(source: str) -> Iterator[tuple[str, str | None, int]]:
 
 def parse(source: str) -> list[_Node]:
     """The template's tree; TemplateError as text/template's Parse words it."""
-    if len(source) > MAX_TEMPLATE_SIZE:
-        raise TemplateError(
-            f"template exceeds maximum allowed size: {len(source)} bytes > {MAX_TEMPLATE_SIZE} limit"
-        )
     root: list[_Node] = []
     stack: list[tuple[_Node, list[_Node]]] = []  # (block node, the list being filled)
     current = root
@@ -656,12 +662,33 @@ def execute(tree: list[_Node], data: Any) -> str:
     return "".join(run.out)
 
 
+def new_helper(source: str) -> list[_Node]:
+    """template.go NewHelper: the size cap, then the parse; TemplateError with its message."""
+    if len(source.encode()) > MAX_TEMPLATE_SIZE:
+        raise TemplateError(
+            f"template exceeds maximum allowed size: {len(source.encode())} bytes > {MAX_TEMPLATE_SIZE} limit"
+        )
+    try:
+        return parse(source)
+    except TemplateError as e:
+        raise TemplateError(f"invalid template: {e}") from e
+
+
+def parse_error(source: str) -> str | None:
+    """NewHelper's error for this template (validate.Template's); None when it parses."""
+    try:
+        new_helper(source)
+    except TemplateError as e:
+        return str(e)
+    return None
+
+
 def expand_map(source: str, data: Any) -> dict[str, str]:
     """template.go ExpandMap: the `key=value` lines of the executed template."""
     try:
-        tree = parse(source)
+        tree = new_helper(source)
     except TemplateError as e:
-        raise TemplateError(f"failed to parse template: invalid template: {e}") from e
+        raise TemplateError(f"failed to parse template: {e}") from e
     try:
         expanded = execute(tree, data)
     except TemplateError as e:
@@ -681,8 +708,5 @@ def expand_map(source: str, data: Any) -> dict[str, str]:
 
 def check(source: str) -> str | None:
     """The parse error nfd-master would meet for this template; None when it parses."""
-    try:
-        parse(source)
-    except TemplateError as e:
-        return f"failed to parse template: invalid template: {e}"
-    return None
+    problem = parse_error(source)
+    return None if problem is None else f"failed to parse template: {problem}"

@@ -26,9 +26,10 @@ from kubernetes import client, config
 
 from reconcile.gpu import standin
 from reconcile.gpu.standin import MigManagerStandIn
+from reconcile.kube.crds import is_established
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.main import parse_seed, seed_text
-from reconcile.sandbox.resources import resource_for
+from reconcile.sandbox.resources import custom_resources, resource_for
 from tests.kubelet import NodeStandIn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,6 +164,7 @@ class TestCluster:
         self.core = client.CoreV1Api(self.api_client)
         self._created: list[tuple[str, str, str, str]] = []
         self._uids: dict[tuple[str, str, str], str] = {}  # (kind, namespace, name) -> uid
+        self._crds: list[dict[str, Any]] = []  # what the seed's custom resources resolve by
         # On a real cluster: the kubelet of every node the harness creates (none is behind
         # an API-created Node), so that the suite needs no stand-in of the cluster's own.
         self.kubelet = None if sandbox is not None else NodeStandIn(self.raw, SEEDED)
@@ -241,7 +243,9 @@ class TestCluster:
         is created paused (its controller would otherwise replace the seeded ReplicaSet),
         and status is written on a fresh read (the scheduler and the stand-in kubelet may
         have moved the object already)."""
-        resource = resource_for(obj["apiVersion"], obj["kind"])
+        resource = resource_for(obj["apiVersion"], obj["kind"]) or resource_for(
+            obj["apiVersion"], obj["kind"], custom_resources(self._crds)
+        )
         assert resource is not None, obj["kind"]
         body = copy.deepcopy(obj)
         status_part = body.pop("status", None)
@@ -286,11 +290,18 @@ class TestCluster:
             self.kubelet.register(created)
             code, created = self.raw("GET", f"{collection}/{name}")
             assert code == 200, created
+        if resource.kind == "CustomResourceDefinition":
+            self._crds.append(self._established(f"{collection}/{name}"))
         if not self.is_sandbox and resource.kind == "Namespace":
             # Pods are refused until the service account controller has made `default`.
             account = f"/api/v1/namespaces/{name}/serviceaccounts/default"
             wait_for(lambda: self.raw("GET", account)[0] == 200, what=f"{name}'s default account")
         return dict(created)
+
+    def _established(self, path: str) -> dict[str, Any]:
+        """The CRD at `path` once it is Established (its custom resources are served)."""
+        wait_for(lambda: is_established(self.raw("GET", path)[1]), what=f"{path} Established")
+        return dict(self.raw("GET", path)[1])
 
     def _applied_by_reconcile(self, collection: str, body: dict[str, Any]) -> dict[str, Any]:
         """An object the lab says reconcile applied, as a real `reconcile apply` leaves it:
@@ -354,12 +365,24 @@ class TestCluster:
         real cluster a failed seed removes what it created before failing."""
         # Pods before their ReplicaSet on a real cluster: see `create`.
         pods = 3 if self.is_sandbox else 2.5
-        order = {"Namespace": 0, "Node": 1, "Deployment": 2, "Pod": pods, "ReplicaSet": 3}
+        order = {
+            "CustomResourceDefinition": -1,
+            "Namespace": 0,
+            "Node": 1,
+            "Deployment": 2,
+            "Pod": pods,
+            "ReplicaSet": 3,
+        }
         try:
             for obj in sorted(objects, key=lambda o: order.get(o["kind"], 4.0)):
                 if obj["kind"] == "Namespace" and self._exists(
                     f"/api/v1/namespaces/{obj['metadata']['name']}"
                 ):
+                    continue
+                crd = f"{CRD_COLLECTION}/{obj['metadata']['name']}"
+                if obj["kind"] == "CustomResourceDefinition" and self._exists(crd):
+                    # A real cluster keeps an operator's CRDs (NFD's) between tests.
+                    self._crds.append(self._established(crd))
                     continue
                 self.create(obj)
         except BaseException:
@@ -421,8 +444,11 @@ class TestCluster:
         if self.kubelet is not None:
             self.kubelet.stop()  # the nodes go: nothing to keep up any more
         now = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
-        for collection, name, _kind, namespace in reversed(self._created):
-            if namespace in SYSTEM_NAMESPACES:
+        for collection, name, kind, namespace in reversed(self._created):
+            # Seeded cluster-scoped custom resources (the lab's NodeFeatureRule) too:
+            # reset removes only those reconcile manages.
+            custom = not namespace and resource_for(collection_version(collection), kind) is None
+            if namespace in SYSTEM_NAMESPACES or custom:
                 self.raw("DELETE", f"{collection}/{name}", now)
         reset(self)
         self._created.clear()
@@ -567,6 +593,12 @@ def reset(cluster: TestCluster) -> None:
         lambda: not cluster.raw("GET", "/api/v1/nodes")[1].get("items"),
         what="nodes to go",
     )
+
+
+def collection_version(collection: str) -> str:
+    """`/apis/g/v/...` -> `g/v`, `/api/v1/...` -> `v1`."""
+    parts = collection.strip("/").split("/")
+    return parts[1] if parts[0] == "api" else f"{parts[1]}/{parts[2]}"
 
 
 def _namespaced_collections(cluster: TestCluster) -> list[str]:

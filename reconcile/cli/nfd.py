@@ -191,3 +191,52 @@ def nfd_eval(
             ) - {f"{master.FEATURE_NS}/"}
         stdout().write(_text(found, labels, owned))
     return EXIT_OK
+
+
+@nfd_group.command("features")
+@common_options
+@outputs(*TEXT_AND_JSON)
+@click.option(
+    "--nfd-namespace",
+    default="node-feature-discovery",
+    show_default=True,
+    metavar="NS",
+    help="The namespace nfd-master runs in: its objects are merged first.",
+)
+@click.option(
+    "--deny-node-feature-labels",
+    is_flag=True,
+    help="nfd-master restrictions.denyNodeFeatureLabels: only nfd-worker's own object's "
+    "labels count.",
+)
+@click.argument("node")
+def nfd_features(
+    session: Session,
+    output: Format,
+    nfd_namespace: str,
+    deny_node_feature_labels: bool,
+    node: str,
+) -> int:
+    """Print NODE's live NodeFeature objects merged into one, as nfd-master merges them
+    before it evaluates the rules: the file `nfd eval --features` reads.
+
+    Text output (the default) is the YAML document; -o json the same as JSON. Exit 2 when
+    the cluster has no NFD CRDs or no NodeFeature names the node.
+    """
+    from reconcile.cli.views import write_document
+    from reconcile.nfd import live
+    from reconcile.nfd.model import RuleError
+    from reconcile.nfd.nodefeature import node_feature_document
+
+    try:
+        merged = live.read_node_features(
+            session.connect(),
+            node,
+            namespace=nfd_namespace,
+            deny_node_feature_labels=deny_node_feature_labels,
+        )
+    except RuleError as e:
+        raise ReconcileError(str(e)) from e
+    document = node_feature_document(merged)
+    write_document(document, stdout(), Format.JSON if output is Format.JSON else Format.YAML)
+    return EXIT_OK

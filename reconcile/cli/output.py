@@ -84,6 +84,7 @@ EXIT_CODES: Final = {
     "sandbox": "0 (with CMD: its code), 2 when it cannot start",
     "nfd": "see each command",
     "nfd eval": "0 evaluated, 2 an invalid rule or input",
+    "nfd features": "0 printed, 2 no NFD CRDs, no NodeFeature of the node, or a cluster error",
 }
 
 

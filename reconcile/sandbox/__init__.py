@@ -35,7 +35,15 @@ from reconcile.sandbox.store import DEFAULT_HISTORY, Store
 __all__ = ["FaultInjector", "RequestRecord", "Sandbox", "SeedError"]
 
 # Created first when seeding, so that what lives in them can follow.
-_SEED_ORDER = {"Namespace": 0, "Node": 1, "Deployment": 2, "ReplicaSet": 3, "StatefulSet": 3}
+# CRDs before all: the custom resources of a seed need them served.
+_SEED_ORDER = {
+    "CustomResourceDefinition": -1,
+    "Namespace": 0,
+    "Node": 1,
+    "Deployment": 2,
+    "ReplicaSet": 3,
+    "StatefulSet": 3,
+}
 # Every cluster has these from its first moment.
 SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 
@@ -260,10 +268,12 @@ class Sandbox:
                 return resource
         raise KeyError(plural)
 
-    @staticmethod
-    def _resource(obj: dict[str, Any]) -> Resource:
+    def _resource(self, obj: dict[str, Any]) -> Resource:
+        """The built-in resource of `obj`, or the custom one an Established CRD serves."""
         api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
-        resource = resource_for(api_version, kind)
+        resource = resource_for(api_version, kind) or resource_for(
+            api_version, kind, self.api.served()
+        )
         if resource is None:
             raise SeedError(
                 f"{kind or 'an object without kind'} ({api_version or 'no apiVersion'}) is not served by the sandbox"

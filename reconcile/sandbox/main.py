@@ -21,6 +21,10 @@ from reconcile.diagnostics import ReconcileError
 from reconcile.sandbox import Sandbox, SeedError
 
 BUILTIN_SEEDS = ("lab", "driver-lab")
+# What a built-in seed serves besides its own file: vendored upstream manifests (under
+# seeds/, each naming its source and commit), as a cluster holds the CRDs its operators
+# installed.
+_INCLUDED: dict[str, tuple[str, ...]] = {"lab": ("crds/nfd-api-crds.yaml",)}
 
 # Called with the kubeconfig and its contexts once the sandboxes serve; what it returns is
 # called before they stop (a controller run beside them, say).
@@ -33,8 +37,11 @@ def seed_text(seed: str) -> tuple[str, str]:
     if path.is_file():
         return path.read_text(encoding="utf-8"), str(path)
     if seed in BUILTIN_SEEDS:
-        resource = package_files.files("reconcile.sandbox").joinpath("seeds", f"{seed}.yaml")
-        return resource.read_text(encoding="utf-8"), f"built-in seed {seed!r}"
+        seeds = package_files.files("reconcile.sandbox").joinpath("seeds")
+        parts = [seeds.joinpath(f"{seed}.yaml").read_text(encoding="utf-8")]
+        for included in _INCLUDED.get(seed, ()):
+            parts.append(seeds.joinpath(*included.split("/")).read_text(encoding="utf-8"))
+        return "\n---\n".join(parts), f"built-in seed {seed!r}"
     raise ReconcileError(
         f"seed not found: {seed} (a YAML file, or one of: {', '.join(BUILTIN_SEEDS)})"
     )

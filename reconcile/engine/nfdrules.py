@@ -18,7 +18,9 @@ NFD's kinds has no NodeFeature objects: nothing is predicted either.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -46,27 +48,63 @@ def tree_rules(state: DesiredState) -> list[Manifest]:
     return [m for m in state.manifests if (m.api_version, m.kind) == (API_VERSION, RULE_KIND)]
 
 
+class Reads:
+    """The cluster's NodeFeatureRules and NodeFeature objects, asked for as planning starts
+    (when the tree holds NodeFeatureRules and the cluster serves NFD's kinds) so that
+    their LISTs go out while the objects are dry-run and the nodes read."""
+
+    def __init__(self, state: DesiredState, cluster: ObjectApi) -> None:
+        self._rules: Future[list[dict[str, Any]]] | None = None
+        self._features: Future[list[dict[str, Any]]] | None = None
+        if not tree_rules(state):
+            return
+        discovery = cluster.discovery()
+        rules = discovery.resource_for(API_VERSION, RULE_KIND)
+        features = discovery.resource_for(API_VERSION, FEATURE_KIND)
+        if rules is None or features is None:
+            return
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nfd-read")
+        self._rules = pool.submit(cluster.list_objects, rules)
+        self._features = pool.submit(cluster.list_objects, features)
+        pool.shutdown(wait=False)
+
+    def rules(self, cluster: ObjectApi) -> list[dict[str, Any]] | None:
+        """The live NodeFeatureRules; None when the cluster does not serve the kind."""
+        if self._rules is not None:
+            return self._rules.result()
+        found = cluster.discovery().resource_for(API_VERSION, RULE_KIND)
+        return None if found is None else cluster.list_objects(found)
+
+    def features(self, cluster: ObjectApi) -> list[dict[str, Any]]:
+        """Every NodeFeature object; none when the cluster does not serve the kind."""
+        if self._features is not None:
+            return self._features.result()
+        found = cluster.discovery().resource_for(API_VERSION, FEATURE_KIND)
+        return [] if found is None else cluster.list_objects(found)
+
+
 def predict(
     state: DesiredState,
     cluster: ObjectApi,
     live: Sequence[LiveNode],
     *,
     pruned: Iterable[str] = (),
+    reads: Reads | None = None,
 ) -> Prediction:
     """What the tree's rule change makes nfd-master write on `live`'s nodes. `pruned`: the
-    ids of the objects this apply deletes (`NodeFeatureRule/<name>` among them)."""
+    ids of the objects this apply deletes (`NodeFeatureRule/<name>` among them); `reads`
+    the LISTs started early (else they are made here)."""
     prediction = Prediction()
     declared = tree_rules(state)
     gone = {i.removeprefix(f"{RULE_KIND}/") for i in pruned if i.startswith(f"{RULE_KIND}/")}
     if not declared and not gone:
         return prediction
-    discovery = cluster.discovery()
-    rule_resource = discovery.resource_for(API_VERSION, RULE_KIND)
-    feature_resource = discovery.resource_for(API_VERSION, FEATURE_KIND)
-    if rule_resource is None or feature_resource is None:
+    reads = reads or Reads(state, cluster)
+    live_rules = reads.rules(cluster)
+    if live_rules is None:
         return prediction  # NFD is not installed: no nfd-worker publishes features
     before: dict[str, Mapping[str, Any]] = {
-        str((o.get("metadata") or {}).get("name")): o for o in cluster.list_objects(rule_resource)
+        str((o.get("metadata") or {}).get("name")): o for o in live_rules
     }
     after = {name: obj for name, obj in before.items() if name not in gone}
     sources: dict[str, str] = {}
@@ -82,25 +120,80 @@ def predict(
         prediction.findings.append(_finding("nfd-rule-invalid", "NodeFeatureRule", str(e)))
         return prediction
     by_node: dict[str, list[dict[str, Any]]] = {}
-    for obj in cluster.list_objects(feature_resource):
+    for obj in reads.features(cluster):
         node = ((obj.get("metadata") or {}).get("labels") or {}).get(NODE_NAME_LABEL)
         if isinstance(node, str):
             by_node.setdefault(node, []).append(obj)
+    # Nodes alike in every feature a rule reads are evaluated once (a fleet's pools).
+    referenced = _referenced([*old_rules, *new_rules])
+    order = sorted(referenced) if referenced is not None else None
+    outputs: dict[str, tuple[NodeOutput, NodeOutput] | RuleError] = {}
+    compared_by_output: dict[int, _Compared] = {}
     for node in live:
         objects = by_node.get(node.name)
         if not objects:
             continue
-        try:
-            features = merge_node_features(
-                objects, node=node.name, source=f"NodeFeature objects of node {node.name}"
-            )
-            old = evaluate(features, old_rules)
-            new = evaluate(features, new_rules)
-        except RuleError as e:
-            prediction.findings.append(_finding("nfd-rule-invalid", node.name, str(e)))
+        key = _fingerprint(objects, order)
+        found = outputs.get(key) if key is not None else None
+        if found is None:
+            try:
+                features = merge_node_features(
+                    objects, node=node.name, source=f"NodeFeature objects of node {node.name}"
+                )
+                found = (evaluate(features, old_rules), evaluate(features, new_rules))
+            except RuleError as e:
+                found = e
+            if key is not None:
+                outputs[key] = found
+        if isinstance(found, RuleError):
+            prediction.findings.append(_finding("nfd-rule-invalid", node.name, str(found)))
             continue
-        _compare(node.name, old, new, state, prediction)
+        compared = compared_by_output.get(id(found))
+        if compared is None:
+            compared = compared_by_output[id(found)] = _Compared(*found)
+        compared.report(node.name, state, prediction)
     return prediction
+
+
+def _referenced(rules: Sequence[NodeFeatureRule]) -> frozenset[str] | None:
+    """The features the rules read (their terms' and `@<feature>.<element>` values'); None
+    when one cannot be told from the rule alone."""
+    names: set[str] = set()
+    for obj in rules:
+        for r in obj.rules:
+            for term in (*r.match_features, *(t for terms in r.match_any for t in terms)):
+                names.add(term.feature)
+            for value in (*r.labels.values(), *r.extended_resources.values()):
+                if value.startswith("@"):
+                    parts = value[1:].split(".", 2)
+                    if len(parts) != 3:
+                        return None
+                    names.add(f"{parts[0]}.{parts[1]}")
+    return frozenset(names)
+
+
+def _fingerprint(objects: Sequence[Mapping[str, Any]], referenced: list[str] | None) -> str | None:
+    """What of one node's NodeFeature objects the rules can see, as a key: the referenced
+    features and the labels, without the names (None: not to be shared)."""
+    if referenced is None or len(objects) != 1:
+        return None
+    spec = objects[0].get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    features = spec.get("features") or {}
+    if not isinstance(features, Mapping):
+        return None
+    seen = []
+    for kind in ("flags", "attributes", "instances"):
+        held = features.get(kind) or {}
+        if not isinstance(held, Mapping):
+            return None
+        seen.append([held.get(name) for name in referenced])
+    meta = objects[0].get("metadata") or {}
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    # Not sorted: two nodes whose same features are written in another order only miss
+    # the cache.
+    return json.dumps([seen, spec.get("labels"), namespace], default=str)
 
 
 def _specs(rules: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -118,51 +211,58 @@ def _parsed(
     ]
 
 
-def _compare(
-    node: str, old: NodeOutput, new: NodeOutput, state: DesiredState, prediction: Prediction
-) -> None:
-    """The labels `new` writes that `old` did not (or otherwise), and where they collide
-    with the tree or with each other."""
-    writers, writers_before = _writers(new), _writers(old)
-    for key in sorted(old.labels.keys() | new.labels.keys()):
-        before, after = old.labels.get(key), new.labels.get(key)
-        if before == after:
-            continue
-        # The rules that write it after apply; for a label that goes, those that wrote it.
-        by = writers.get(key, ()) if after is not None else writers_before.get(key, ())
-        prediction.labels.append(
-            PredictedLabel(
-                node=node,
-                key=key,
-                value=after,
-                before=before,
-                rules=tuple(sorted({rule for rule, _ in by})),
-            )
-        )
-    want = state.nodes.get(node)
-    declared = dict(want.labels) if want is not None else {}
-    for key, value in sorted(new.labels.items()):
-        if key in declared and declared[key] is not None and declared[key] != value:
-            rules = ", ".join(sorted({r for r, _ in writers.get(key, ())})) or "a NodeFeatureRule"
+class _Compared:
+    """What one pair of outputs (before, after) predicts, for every node that has it."""
+
+    def __init__(self, old: NodeOutput, new: NodeOutput) -> None:
+        self.new = new
+        self.writers = writers = _writers(new)
+        before_writers = _writers(old)
+        self.changes: list[tuple[str, str | None, str | None, tuple[str, ...]]] = []
+        for key in sorted(old.labels.keys() | new.labels.keys()):
+            before, after = old.labels.get(key), new.labels.get(key)
+            if before == after:
+                continue
+            # The rules that write it after apply; for a label that goes, those that wrote it.
+            by = writers.get(key, ()) if after is not None else before_writers.get(key, ())
+            self.changes.append((key, before, after, tuple(sorted({r for r, _ in by}))))
+        self.disagreements = [
+            (key, written)
+            for key, written in sorted(writers.items())
+            if len({value for _, value in written}) > 1
+        ]
+
+    def report(self, node: str, state: DesiredState, prediction: Prediction) -> None:
+        """The labels the new rules write on `node` that the old did not (or otherwise),
+        and where they collide with the tree or with each other."""
+        prediction.labels += [
+            PredictedLabel(node=node, key=key, value=after, before=before, rules=rules)
+            for key, before, after, rules in self.changes
+        ]
+        want = state.nodes.get(node)
+        declared = want.labels if want is not None else {}
+        for key, wanted in sorted(declared.items()):
+            value = self.new.labels.get(key)
+            if value is None or wanted is None or wanted == value:
+                continue
+            rules = ", ".join(sorted({r for r, _ in self.writers.get(key, ())}))
             prediction.findings.append(
                 _finding(
                     "nfd-label-conflict",
                     node,
-                    f"{key}: desired/ declares {declared[key]!r} ({want.source if want else ''}) "
-                    f"and {rules} makes nfd-master write {value!r}: the two would rewrite "
-                    "it in turn; declare it in one place",
+                    f"{key}: desired/ declares {wanted!r} ({want.source if want else ''}) "
+                    f"and {rules or 'a NodeFeatureRule'} makes nfd-master write {value!r}: "
+                    "the two would rewrite it in turn; declare it in one place",
                 )
             )
-    for key, written in sorted(writers.items()):
-        values = {value for _, value in written}
-        if len(values) > 1:
+        for key, written in self.disagreements:
             shown = ", ".join(f"{rule} writes {value!r}" for rule, value in written)
             prediction.findings.append(
                 _finding(
                     "nfd-rules-disagree",
                     node,
-                    f"{key}: {shown}; nfd-master keeps {new.labels.get(key)!r} (the last in "
-                    "its order, by NodeFeatureRule name, then rule)",
+                    f"{key}: {shown}; nfd-master keeps {self.new.labels.get(key)!r} (the last "
+                    "in its order, by NodeFeatureRule name, then rule)",
                     severity=Severity.WARNING,
                 )
             )

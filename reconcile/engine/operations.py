@@ -110,6 +110,7 @@ def plan(
     # nodes, the long read, may still be coming in (Cluster.read_ahead). The inventory is
     # read even with nothing declared: what a prune would delete is always known, and
     # deleting all of it is refused unless asked for.
+    nfd_reads = nfdrules.Reads(state, cluster)
     phase(f"planning {len(state.manifests)} object(s) by server-side dry-run")
     objects = plan_objects(state, cluster, request.options)
     phase("reading nodes")
@@ -117,7 +118,11 @@ def plan(
     live = list(live) if live is not None else cluster.list_nodes()
     node_part = build_plan(state, live, request.options, policy=policy)
     predicted = nfdrules.predict(
-        state, cluster, live, pruned=objects.prunable if request.options.prune else ()
+        state,
+        cluster,
+        live,
+        pruned=objects.prunable if request.options.prune else (),
+        reads=nfd_reads,
     )
     projection = Projection(
         desired=state,

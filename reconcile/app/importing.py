@@ -12,6 +12,7 @@ from reconcile.engine.imports import (
     FileChange,
     ImportRequest,
     plan_import,
+    plan_rule_import,
     refused_prefix,
     write_import,
 )
@@ -28,10 +29,13 @@ def import_nodes(
     prefixes: tuple[str, ...],
     group_by: str | None,
     dry_run: bool,
+    nfd_rules: bool = False,
 ) -> list[FileChange]:
     """The file changes that bring the selected live nodes under git, written into
     desired/ (the fleet's cluster's overlay, in a fleet) unless `dry_run`. Labels kept:
-    those starting with `prefixes`, else the discovered ones without the operator's."""
+    those starting with `prefixes`, else the discovered ones without the operator's.
+    With `nfd_rules`, the cluster's NodeFeatureRule objects too, as new manifests under
+    workloads/ (all planned before anything is written: a refusal writes nothing)."""
     from reconcile.desired.reader import load_desired
     from reconcile.gpu.provenance import DISCOVERED_PREFIXES, OPERATOR_PREFIXES
 
@@ -56,7 +60,10 @@ def import_nodes(
         selector=selector,
         group_by=group_by,
     )
-    changes = plan_import(request, session.connect(None, target))
+    live = session.connect(None, target)
+    changes = plan_import(request, live)
+    if nfd_rules:
+        changes += plan_rule_import(root, state, live)
     for change in changes:
         if change.note is not None:
             log.info("%s", change.note)

@@ -97,6 +97,12 @@ def placement_command(
     help="One NodeGroup per value of label KEY (the labels its nodes share); per-node files "
     "only for what differs.",
 )
+@click.option(
+    "--nfd-rules",
+    is_flag=True,
+    help="Also the cluster's NodeFeatureRule objects, one new file each under "
+    "workloads/nodefeaturerules/ (never over an existing file or a rule desired/ declares).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the changes as a diff instead of writing.")
 @click.option(
     "--cluster",
@@ -109,13 +115,16 @@ def import_command(
     selector: str | None,
     prefixes: tuple[str, ...],
     group_by: str | None,
+    nfd_rules: bool,
     dry_run: bool,
     cluster: str | None,
 ) -> int:
     """Bring live nodes under git: write desired/nodes/<node>.yaml from their labels.
 
     Files that exist are updated in place (comments, key order and quoting kept; only
-    changed values change); new nodes get a new file. Prints one line per file written.
+    changed values change); new nodes get a new file. With --nfd-rules, the
+    NodeFeatureRule objects too, stripped of status and server fields. Prints one line
+    per file written.
     """
     from reconcile.app.importing import import_nodes
     from reconcile.cli.views import view_for
@@ -127,6 +136,7 @@ def import_command(
         prefixes=prefixes,
         group_by=group_by,
         dry_run=dry_run,
+        nfd_rules=nfd_rules,
     )
     view_for(output).imports(changes, dry_run=dry_run)
     return EXIT_OK

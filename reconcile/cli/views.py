@@ -389,7 +389,8 @@ class TextView(View):
             if dry_run:
                 self.out.writelines(_unified(change))
             else:
-                self.out.write(f"{change.path} {change.labels} label(s)\n")
+                what = change.holds or f"{change.labels} label(s)"
+                self.out.write(f"{change.path} {what}\n")
 
     def sanitized(self, results: Sequence[tuple[str, str]]) -> None:
         self.out.writelines(value + "\n" for _, value in results if value)
@@ -707,6 +708,7 @@ class JsonView(_Composed):
                 {
                     "path": str(c.path),
                     "labels": c.labels,
+                    "holds": c.holds,
                     "new": not c.before,
                     "written": not dry_run,
                     "diff": "".join(_unified(c)),

@@ -1,5 +1,6 @@
 """Bringing live nodes under git: `desired/nodes/<node>.yaml` from the labels the nodes
-carry, as file changes to show or write.
+carry, and (on request) the cluster's NodeFeatureRule objects as manifests under
+`desired/workloads/nodefeaturerules/`, as file changes to show or write.
 
 Which label keys come in is the caller's policy (the GPU domain's discovered prefixes by
 default); keys under kubernetes.io and k8s.io (the kubelet's, the cloud provider's,
@@ -10,17 +11,41 @@ the round-trip writer, so comments, key order and quoting survive.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from reconcile.desired.models import DesiredGroup, DesiredState
-from reconcile.desired.writer import new_group_file, new_node_file, read_text, render_labels
+from reconcile.desired.writer import (
+    dump_documents,
+    new_group_file,
+    new_node_file,
+    read_text,
+    render_labels,
+)
 from reconcile.diagnostics import ReconcileError
 from reconcile.files import write_inside
 from reconcile.kube import labels
-from reconcile.kube.api import NodeApi
+from reconcile.kube.api import NodeApi, ObjectApi
 from reconcile.kube.objects import LiveNode
+from reconcile.nfd.live import NODE_FEATURE_RULE, node_feature_rules
+from reconcile.nfd.model import API_VERSION as NFD_API_VERSION
+
+# Where imported NodeFeatureRule objects go, one file each, under desired/workloads/.
+RULES_DIRECTORY = "nodefeaturerules"
+# What the API server or a client adds to an object: never part of what git declares.
+_SERVER_METADATA = (
+    "creationTimestamp",
+    "deletionGracePeriodSeconds",
+    "deletionTimestamp",
+    "generation",
+    "managedFields",
+    "resourceVersion",
+    "selfLink",
+    "uid",
+)
+_CLIENT_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 
 
 @dataclass(frozen=True)
@@ -44,6 +69,8 @@ class FileChange:
     after: str
     labels: int
     note: str | None = None  # for the person running it: why the file has the name it has
+    # What the file holds when it is not a node's labels (`NodeFeatureRule/<name>`).
+    holds: str | None = None
 
 
 def refused_prefix(prefix: str) -> str | None:
@@ -153,6 +180,65 @@ def _group_names(key: str, values: Sequence[str]) -> dict[str, tuple[str, str | 
             )
         named[value] = (name, note)
     return named
+
+
+def plan_rule_import(
+    root: Path, desired: DesiredState | None, cluster: ObjectApi
+) -> list[FileChange]:
+    """A new file `<root>/workloads/nodefeaturerules/<name>.yaml` per NodeFeatureRule the
+    cluster holds, stripped of status and of what the server adds, in name order.
+    ReconcileError, with nothing written, when the CRD is absent, when a rule's name is
+    not one the API server holds, or when desired/ declares that rule or the file exists:
+    import never overwrites a manifest."""
+    declared = {
+        str(m.body.get("metadata", {}).get("name")): m.source.file
+        for m in (desired.manifests if desired is not None else ())
+        if (m.body.get("apiVersion"), m.body.get("kind")) == (NFD_API_VERSION, NODE_FEATURE_RULE)
+    }
+    changes = []
+    for obj in node_feature_rules(cluster):
+        body = declared_rule(obj)
+        name = str(body["metadata"].get("name", ""))
+        problems = labels.is_dns1123_subdomain(name)
+        if problems:
+            raise ReconcileError(
+                f"the cluster returned NodeFeatureRule name {labels.go_quote(name)}, which is "
+                f"not a valid name ({'; '.join(problems)}): nothing was written"
+            )
+        path = root / "workloads" / RULES_DIRECTORY / f"{name}.yaml"
+        if name in declared:
+            raise ReconcileError(
+                f"{declared[name]}: declares NodeFeatureRule {name} already: nothing was written"
+            )
+        if path.exists() or path.is_symlink():
+            raise ReconcileError(f"{path}: exists already: nothing was written")
+        changes.append(
+            FileChange(path, "", dump_documents([body]), 0, holds=f"{NODE_FEATURE_RULE}/{name}")
+        )
+    return changes
+
+
+def declared_rule(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A live object as desired/ declares it: apiVersion, kind, metadata without what the
+    server and kubectl add, spec; no status."""
+    metadata: dict[str, Any] = dict(obj.get("metadata") or {})
+    for key in _SERVER_METADATA:
+        metadata.pop(key, None)
+    annotations = {
+        k: v for k, v in (metadata.get("annotations") or {}).items() if k not in _CLIENT_ANNOTATIONS
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    else:
+        metadata.pop("annotations", None)
+    body: dict[str, Any] = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": metadata,
+    }
+    if "spec" in obj:
+        body["spec"] = obj["spec"]
+    return body
 
 
 def write_import(root: Path, changes: Sequence[FileChange]) -> None:

@@ -383,7 +383,7 @@ def test_a_standby_replica_reports_and_never_writes(lab: TestCluster, workdir: P
         (("--lease", "nolease"), "error: --lease 'nolease' is not NAMESPACE/NAME"),
         (
             ("--metrics-address", "nonsense"),
-            "error: --metrics-address 'nonsense' is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)",
+            "error: --metrics-address 'nonsense' is not HOST:PORT (e.g. 127.0.0.1:8397, :8397)",
         ),
         (("--resync", "0"), "error: --resync must be at least 10s"),
         (("--resync", "9.5s"), "error: --resync must be at least 10s"),

@@ -256,7 +256,7 @@ _HANDLER: Final = _Stderr()
 
 def configure_logging(*, verbose: int, quiet: bool) -> None:
     """-q: errors only (they are not logged: always shown); default: notes and warnings;
-    -v: also what was asked of the API server."""
+    -v: also each request to the API server, one line each (kube/client/cluster.py)."""
     if _HANDLER not in log.handlers:
         log.addHandler(_HANDLER)
         log.propagate = False

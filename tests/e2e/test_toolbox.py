@@ -702,7 +702,9 @@ def test_completion_completes_commands_and_options() -> None:
     assert "plain,--prune" in done.stdout.splitlines()
 
 
-def test_quiet_keeps_errors_and_verbose_counts_requests(lab: TestCluster, workdir: Path) -> None:
+def test_quiet_keeps_errors_and_verbose_traces_and_counts_requests(
+    lab: TestCluster, workdir: Path
+) -> None:
     nodes = workdir / "desired" / "nodes"
     (nodes / "lab-node-9.yaml").write_text(
         (nodes / "lab-node-2.yaml").read_text().replace("lab-node-2", "lab-node-9")
@@ -711,8 +713,25 @@ def test_quiet_keeps_errors_and_verbose_counts_requests(lab: TestCluster, workdi
     assert 'warning: Pod "any-gpu-job"' not in normal.stderr  # gated NotIn: no warning
     assert "lab-node-9: declared in" in normal.stderr
 
-    verbose = run_cli("plan", "-v", cwd=workdir, kubeconfig=lab.kubeconfig)
+    # A process of its own: in this one the mig-manager stand-in's requests are traced too.
+    verbose = run_cli("plan", "-v", cwd=workdir, kubeconfig=lab.kubeconfig, process=True)
     assert "note: " in verbose.stderr and "request(s) to https://127.0.0.1:" in verbose.stderr
+    # Each request as kubectl -v=6 traces it: method, URL with its query, status, time.
+    server = re.escape(str(lab.api_client.configuration.host))
+    traced = [
+        line
+        for line in verbose.stderr.splitlines()
+        if re.fullmatch(
+            rf"(GET|PATCH|POST|PUT|DELETE) {server}/\S+ \d{{3}} [A-Za-z ]+ in \d+ milliseconds",
+            line,
+        )
+    ]
+    assert f"GET {lab.api_client.configuration.host}/api/v1/nodes?limit=500 200 OK" in "\n".join(
+        traced
+    )
+    assert any("dryRun=All 200 OK in" in line for line in traced)
+    [count] = re.findall(r"note: (\d+) request\(s\) to", verbose.stderr)
+    assert len(traced) == int(count)
 
     workloads = workdir / "desired" / "workloads" / "nfd-lab.yaml"
     workloads.write_text(

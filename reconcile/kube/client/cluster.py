@@ -10,7 +10,9 @@ wire.py into what a plan reads.
 from __future__ import annotations
 
 import functools
+import http
 import json
+import logging
 import math
 import threading
 import time
@@ -49,6 +51,33 @@ PAGE_SIZE: Final = 500
 PAGES_AHEAD: Final = 4  # pages of a LIST of nodes fetched and not yet decoded, at most
 MERGE_PATCH: Final = "application/merge-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
+
+# -v: every request traced as kubectl -v=6 traces it (round_trippers.go), one line each:
+# `GET https://host:6443/api/v1/nodes?limit=500 200 OK in 3 milliseconds`. The URL only:
+# never a header (the bearer token is one) nor a body (a Secret's data is one).
+trace = logging.getLogger("reconcile.requests")
+
+
+def _traced(method: str, url: str, started: float, status: int | None, reason: str) -> None:
+    if not trace.isEnabledFor(logging.DEBUG):
+        return
+    if status is None:
+        answer = "(no answer)"
+    else:
+        try:
+            phrase = reason or http.HTTPStatus(status).phrase
+        except ValueError:
+            phrase = reason
+        answer = f"{status} {phrase}".rstrip()
+    elapsed = round((time.monotonic() - started) * 1000)
+    trace.debug(
+        "%s %s %s in %d milliseconds",
+        method,
+        without_userinfo(url),
+        answer,
+        elapsed,
+        extra={"plain": True},
+    )
 
 
 def _head(data: bytes) -> tuple[wire.PageHead, bytes]:
@@ -193,10 +222,16 @@ class Cluster:
         )
 
         def send(timeout: float | None) -> tuple[int, Any]:
-            response = self.api_client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=timeout
-            )
-            response.read()
+            started = time.monotonic()
+            try:
+                response = self.api_client.call_api(
+                    method, url, header_params=headers, body=body, _request_timeout=timeout
+                )
+                response.read()
+            except Exception:
+                _traced(method, url, started, None, "")
+                raise
+            _traced(method, url, started, response.status, str(response.reason or ""))
             if not 200 <= response.status <= 299:
                 raise ApiException.from_response(http_resp=response, body=None, data=None)
             if decode is not None:
@@ -296,9 +331,15 @@ class Cluster:
         connect = self.request_timeout or 30.0
 
         def opened() -> Any:
-            response = self.api_client.call_api(
-                method, url, header_params=headers, _request_timeout=(connect, read)
-            )
+            started = time.monotonic()
+            try:
+                response = self.api_client.call_api(
+                    method, url, header_params=headers, _request_timeout=(connect, read)
+                )
+            except Exception:
+                _traced(method, url, started, None, "")
+                raise
+            _traced(method, url, started, response.status, str(response.reason or ""))
             if not 200 <= response.status <= 299:
                 response.read()
                 raise ApiException.from_response(http_resp=response, body=None, data=None)

@@ -3,6 +3,7 @@ credentials), pre-commit, completion, verbosity and colour, kubeconfigs, the whe
 
 from __future__ import annotations
 
+import base64
 import importlib
 import itertools
 import json
@@ -24,6 +25,7 @@ from urllib.parse import unquote
 import pytest
 import yaml
 
+from reconcile.diagnostics import ApiError
 from reconcile.kube.client import Cluster
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.server import RequestRecord
@@ -570,6 +572,32 @@ def test_in_cluster_credentials_are_picked_when_there_is_no_kubeconfig(
 
         assert [n.name for n in cluster.list_nodes()] == ["lab-node-0", "lab-node-1", "lab-node-2"]
         cluster.close()
+
+
+def test_a_refused_pod_token_names_its_service_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims = {"sub": "system:serviceaccount:reconcile-system:reconcile", "aud": ["k8s"]}
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    with Sandbox(lab_objects("lab")) as sandbox:
+        port = sandbox.port
+        token, ca = tmp_path / "token", tmp_path / "ca.crt"
+        token.write_text(f"eyJhbGciOiJSUzI1NiJ9.{payload}.c2lnbmF0dXJlLW5vdC1jaGVja2Vk")
+        ca.write_bytes(sandbox.certificates.ca_pem)
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(sandbox.port))
+        monkeypatch.setattr("kubernetes.config.incluster_config.SERVICE_TOKEN_FILENAME", str(token))
+        monkeypatch.setattr("kubernetes.config.incluster_config.SERVICE_CERT_FILENAME", str(ca))
+
+        cluster = Cluster.connect(in_cluster=True)
+        with pytest.raises(ApiError) as refused:
+            cluster.list_nodes()
+        cluster.close()
+
+    assert str(refused.value) == (
+        f"the API server https://127.0.0.1:{port} refused the credentials of service "
+        'account "system:serviceaccount:reconcile-system:reconcile": 401 Unauthorized'
+    )
 
 
 # An exec credential plugin, as kubectl runs one: prints an ExecCredential whose token

@@ -99,8 +99,10 @@ class Cluster:
         request_timeout: float | None = None,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
+        whose: str = "",
     ) -> None:
         self.api_client = api_client
+        self.whose = whose  # whose credentials: `user "alice" (context "lab")`
         self.request_timeout = request_timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.retry = retry or RetryPolicy()
@@ -125,8 +127,8 @@ class Cluster:
         """Credentials as kubectl finds them: the one --kubeconfig file, else $KUBECONFIG
         (several files joined by ':', missing ones skipped), else ~/.kube/config, and in
         a pod the service account (the only way with `in_cluster`)."""
-        api_client = connected(kubeconfig, context, in_cluster=in_cluster)
-        return cls(api_client, request_timeout=request_timeout, timeout=timeout)
+        api_client, whose = connected(kubeconfig, context, in_cluster=in_cluster)
+        return cls(api_client, request_timeout=request_timeout, timeout=timeout, whose=whose)
 
     @property
     def tls_verified(self) -> bool:
@@ -255,7 +257,7 @@ class Cluster:
             try:
                 timeout = self._timeout(method, path)
                 limited = timeout is not None and timeout != self.request_timeout
-                described = Request(self.server, method, path, timeout, limited)
+                described = Request(self.server, method, path, timeout, limited, self.whose)
                 return call(functools.partial(send, timeout), described, self.redactor)
             except ReconcileError as error:
                 if isinstance(error, Conflict) and sent_unanswered:
@@ -323,7 +325,9 @@ class Cluster:
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
-        described = Request(self.server, "GET", f"{path}?watch=true", self.request_timeout)
+        described = Request(
+            self.server, "GET", f"{path}?watch=true", self.request_timeout, whose=self.whose
+        )
         with self._lock:
             self.requests += 1
         # The read timeout outlasts the server's own end of the stream.

@@ -157,6 +157,13 @@ def placement_line(result: Placement) -> str:
     return f"{head} PENDING{count}{schedules}: {result.reason}"
 
 
+def watch_marker(event: str) -> str:
+    """The end of a watch's text line: ` (corrected)` for a change `watch --correct` wrote,
+    nothing for a drift it reports. The plan's line before it stays as it is, as
+    ` (rollout)` and ` (--prune)` end a plan's line."""
+    return " (corrected)" if event == "corrected" else ""
+
+
 def name_first(cluster: str) -> str:
     """A fleet's text lines on stdout: `<cluster> <line>`."""
     return f"{cluster} "

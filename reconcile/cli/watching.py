@@ -102,7 +102,11 @@ class _Reporter:
 @main.command()
 @common_options
 @outputs(Format.TEXT, Format.JSON)
-@click.option("--correct", is_flag=True, help="Fix drift as it appears (default: report it only).")
+@click.option(
+    "--correct",
+    is_flag=True,
+    help="Fix drift as it appears, each line written ending (corrected) (default: report only).",
+)
 @click.option(
     "--prune",
     is_flag=True,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -572,6 +573,21 @@ def ended(process: subprocess.Popen[str]) -> tuple[str, str]:
     out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     return out, err
+
+
+@pytest.mark.slow
+def test_a_corrected_line_is_marked_and_differs_from_a_reported_one(
+    lab: TestCluster, workdir: Path
+) -> None:
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ "
+    with command(lab, workdir) as (process, url):
+        eventually(lambda: get(url + "/readyz")[0] == 200, "ready")
+        reported, _ = ended(process)
+    with command(lab, workdir, "--correct") as (process, url):
+        eventually(lambda: lab.labels("lab-node-1")[GPU_COUNT] == "2", "the correction")
+        corrected, _ = ended(process)
+    assert re.fullmatch(stamp + f"lab-node-1 {GPU_COUNT} 2\n", reported), reported
+    assert re.fullmatch(stamp + f"lab-node-1 {GPU_COUNT} 2 \\(corrected\\)\n", corrected), corrected
 
 
 @pytest.mark.slow

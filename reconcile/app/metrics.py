@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import threading
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from reconcile.app.session import log
 from reconcile.diagnostics import ReconcileError
 from reconcile.serving import PromptHTTPServer
+
+# Where a watch serves by default. Not 9090 (Prometheus itself) nor anything else of
+# Prometheus's default port allocations wiki, whose 9091-9999 are all taken by its
+# components and exporters (OpenTelemetry's Prometheus exporter is 9464); not a
+# Kubernetes component's (10248-10260) nor the OpenTelemetry Collector's (8888, 8889).
+DEFAULT_METRICS_ADDRESS: Final = "127.0.0.1:8397"
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -71,7 +77,7 @@ def bind_address(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
         raise ReconcileError(
-            f"--metrics-address {address!r} is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)"
+            f"--metrics-address {address!r} is not HOST:PORT (e.g. 127.0.0.1:8397, :8397)"
         )
     return host.strip("[]") or "0.0.0.0", int(port)
 

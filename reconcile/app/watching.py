@@ -20,7 +20,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Final
 
 from reconcile import diagnostics as diag
-from reconcile.app.metrics import WatchMetrics, bind_address, serve
+from reconcile.app.metrics import DEFAULT_METRICS_ADDRESS, WatchMetrics, bind_address, serve
 from reconcile.app.session import Session
 from reconcile.app.targets import load_tree
 from reconcile.diagnostics import ReconcileError
@@ -60,7 +60,7 @@ class WatchSettings:
     resync: float = 600.0
     desired_interval: float = 5.0
     watch_timeout: float = 300.0
-    metrics_address: str = "127.0.0.1:9090"
+    metrics_address: str = DEFAULT_METRICS_ADDRESS
     leader_elect: bool = False
     lease: str = "reconcile-system/reconcile"
 

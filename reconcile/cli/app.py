@@ -119,7 +119,13 @@ def common_options(command: F) -> F:
         metavar="DURATION",
         help="Longest wait for one API request.",
     )
-    @click.option("-v", "--verbose", count=True, help="Also say what was asked of the API server.")
+    @click.option(
+        "-v",
+        "--verbose",
+        count=True,
+        help="Also trace each API request on stderr as kubectl -v=6 does: method, URL, "
+        "status, milliseconds (never a header or body).",
+    )
     @click.option(
         "-q", "--quiet", is_flag=True, help="Only errors on stderr: no notes, no warnings."
     )

@@ -152,16 +152,31 @@ WIDE_HEADER: Final = "SUBJECT KEY LIVE DESIRED OWNER"
 
 
 def placement_line(result: Placement) -> str:
-    """`<workload> <placed>/<wanted> <node>,<node>...` where every replica has a place,
-    else `<workload> <placed>/<wanted> PENDING <how many>: <the scheduler's reason>`."""
+    """Where the replicas land, then what else could take them:
+    `<workload> <placed>/<wanted> -> <node> (<replicas>), ...; candidates: <node>,<node>`
+    when every replica has a place; else `<workload> <placed>/<wanted> [-> <node>
+    (<replicas>), ...;] PENDING <how many>: <the scheduler's reason>`."""
     head = f"{result.template.id} {result.placed}/{result.wanted}"
     if not result.evaluated:
         return f"{head} NOT EVALUATED: {result.reason}"
+    counted: dict[str, int] = {}
+    for node in result.landed:
+        counted[node] = counted.get(node, 0) + 1
+    lands = ", ".join(f"{node} ({n})" for node, n in sorted(counted.items()))
     if result.ok:
-        return f"{head} {','.join(result.nodes)}"
+        where = f" -> {lands};" if lands else ""
+        return f"{head}{where} candidates: {','.join(result.nodes) or '(none)'}"
+    where = f" -> {lands};" if lands else ""
     schedules = " (fits on some schedules)" if result.some_schedules else ""
     count = f" {result.pending}" if result.wanted else ""
-    return f"{head} PENDING{count}{schedules}: {result.reason}"
+    return f"{head}{where} PENDING{count}{schedules}: {result.reason}"
+
+
+def watch_marker(event: str) -> str:
+    """The end of a watch's text line: ` (corrected)` for a change `watch --correct` wrote,
+    nothing for a drift it reports. The plan's line before it stays as it is, as
+    ` (rollout)` and ` (--prune)` end a plan's line."""
+    return " (corrected)" if event == "corrected" else ""
 
 
 def name_first(cluster: str) -> str:
@@ -263,7 +278,7 @@ _HANDLER: Final = _Stderr()
 
 def configure_logging(*, verbose: int, quiet: bool) -> None:
     """-q: errors only (they are not logged: always shown); default: notes and warnings;
-    -v: also what was asked of the API server."""
+    -v: also each request to the API server, one line each (kube/client/cluster.py)."""
     if _HANDLER not in log.handlers:
         log.addHandler(_HANDLER)
         log.propagate = False

@@ -39,6 +39,7 @@ from reconcile.cli.output import (
     predicted_line,
     prune_line,
     severity_prefix,
+    watch_marker,
 )
 from reconcile.diagnostics import Diagnostic, Severity
 from reconcile.kube import labels
@@ -436,13 +437,15 @@ class TextView(View):
     def watched_nodes(
         self, when: str, event: str, node: str, changes: Sequence[NodeChange]
     ) -> None:
-        self._watched(when, [node_line(node, c) for c in changes])
+        self._watched(when, event, [node_line(node, c) for c in changes])
 
     def watched_objects(self, when: str, event: str, objects: Sequence[ObjectPlan]) -> None:
-        self._watched(when, [line for obj in objects for line in object_lines(obj)])
+        self._watched(when, event, [line for obj in objects for line in object_lines(obj)])
 
-    def _watched(self, when: str, lines: Sequence[str]) -> None:
-        self.out.writelines(f"{when} {line}\n" for line in lines)
+    def _watched(self, when: str, event: str, lines: Sequence[str]) -> None:
+        """`<time> <line>` for a drift, `<time> <line> (corrected)` for what was written."""
+        marker = watch_marker(event)
+        self.out.writelines(f"{when} {line}{marker}\n" for line in lines)
         self.out.flush()
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from reconcile import diagnostics as diag
+from reconcile.app.metrics import DEFAULT_METRICS_ADDRESS
 from reconcile.app.session import Session
 from reconcile.cli.app import common_options, duration, main, outputs, parallel_option
 from reconcile.cli.output import EXIT_OK, Format, log
@@ -101,7 +102,11 @@ class _Reporter:
 @main.command()
 @common_options
 @outputs(Format.TEXT, Format.JSON)
-@click.option("--correct", is_flag=True, help="Fix drift as it appears (default: report it only).")
+@click.option(
+    "--correct",
+    is_flag=True,
+    help="Fix drift as it appears, each line written ending (corrected) (default: report only).",
+)
 @click.option(
     "--prune",
     is_flag=True,
@@ -147,7 +152,7 @@ class _Reporter:
 )
 @click.option(
     "--metrics-address",
-    default="127.0.0.1:9090",
+    default=DEFAULT_METRICS_ADDRESS,
     show_default=True,
     metavar="HOST:PORT",
     help="Serve /metrics, /healthz and /readyz here (port 0: any free port).",

@@ -361,6 +361,7 @@ class FactJob:
                 self._fail,
                 self.work.ops.sleep,
                 self.work.ops.clock,
+                self.work.ops.declared,
             )(list(self.evictions))
             return live
         if phase == WRITE_REQUIRED:

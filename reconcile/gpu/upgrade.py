@@ -569,16 +569,25 @@ class Upgrade:
         )
 
     def _drain(self, evictions: list[PodToEvict]) -> None:
-        Drain(self.cluster, self.timeout, self.emit, self.note, self._fail, self.sleep, self.clock)(
-            evictions
-        )
+        Drain(
+            self.cluster,
+            self.timeout,
+            self.emit,
+            self.note,
+            self._fail,
+            self.sleep,
+            self.clock,
+            self.declared,
+        )(evictions)
 
 
 @dataclass(frozen=True)
 class Drain:
     """A node's drain: each pod evicted through the Eviction API (a refusal by a budget
     retried every EVICTION_RETRY_SECONDS, said once per reason), then each waited for
-    until it is gone, all within `timeout` seconds; `fail` says why it could not."""
+    until it is gone, all within `timeout` seconds; `fail` says why it could not, and
+    for an eviction a budget refused to the end, what would let it pass: in desired/
+    when it declares the budget (`declared`), else a `kubectl patch`."""
 
     cluster: NodeApi
     timeout: float
@@ -587,6 +596,7 @@ class Drain:
     fail: Callable[[str], NoReturn]
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
+    declared: Declared = field(default_factory=dict)
 
     def __call__(self, evictions: list[PodToEvict]) -> None:
         deadline = self.clock() + self.timeout
@@ -607,7 +617,10 @@ class Drain:
                 reason = e.message + (f" ({causes})" if causes else "")
                 remaining = deadline - self.clock()
                 if remaining <= 0:
-                    self.fail(f"timed out after {self.timeout:g}s evicting {pod.id}: {reason}")
+                    self.fail(
+                        f"timed out after {self.timeout:g}s evicting {pod.id}: {reason}"
+                        + self._advice(pod)
+                    )
                 if reason != said:  # once per reason, not once per retry
                     said = reason
                     self.note(
@@ -620,6 +633,19 @@ class Drain:
                 self.fail(f"evicting {pod.id}: {e.message or e}")
             self.emit(Step(pod.id, "evicted"))
             return
+
+    def _advice(self, pod: PodToEvict) -> str:
+        """`; PodDisruptionBudget NS/NAME: <what lets one more eviction pass>` for the one
+        budget that selects `pod` (nothing when none or several do, or it cannot be read)."""
+        try:
+            budgets = self.cluster.budgets(pod.namespace)
+        except ReconcileError:
+            return ""
+        _, found, _ = _budget_needs([pod], {pod.namespace: budgets})
+        if len(found) != 1:
+            return ""
+        [(key, budget)] = found.items()
+        return f"; PodDisruptionBudget {key[0]}/{key[1]}: " + _suggestion(budget, 1, self.declared)
 
     def _wait_gone(self, pod: PodToEvict, deadline: float) -> None:
         pauses = poll_intervals(DELETION_POLL_SECONDS)

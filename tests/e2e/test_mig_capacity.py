@@ -64,7 +64,7 @@ def test_a_new_layout_projects_the_room_workloads_find(lab: TestCluster, workdir
     _add(workdir, A100_JOB.format(name="whole-gpu", resource="nvidia.com/gpu", count=1))
     _add(workdir, A100_JOB.format(name="slices", resource="nvidia.com/mig-1g.5gb", count=28))
     placement = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert "Pod/nfd-lab/slices 1/1 lab-node-0" in placement.lines
+    assert "Pod/nfd-lab/slices 1/1 -> lab-node-0 (1); candidates: lab-node-0" in placement.lines
     assert (
         "Pod/nfd-lab/whole-gpu 0/1 PENDING 1: 0/3 nodes are available: 1 Insufficient "
         "nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector."
@@ -155,7 +155,7 @@ def test_a_custom_mig_parted_config_in_desired_gives_its_layouts(
     _layout(workdir, "two-halves")
     _add(workdir, A100_JOB.format(name="halves", resource="nvidia.com/mig-3g.20gb", count=8))
     placement = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert "Pod/nfd-lab/halves 1/1 lab-node-0" in placement.lines
+    assert "Pod/nfd-lab/halves 1/1 -> lab-node-0 (1); candidates: lab-node-0" in placement.lines
     _layout(workdir, "all-1g.5gb")  # the default's layouts are gone with a custom config
     result = run_cli("validate", cwd=workdir)
     assert result.code == 2
@@ -241,8 +241,8 @@ def test_dra_claims_are_placed_against_the_clusters_resource_slices(
     # Two devices of 40Gi on lab-node-0: each replica's claim takes one; the third finds
     # only the 20Gi device, which the request's selector refuses.
     assert (
-        "Deployment/nfd-lab/inference 2/3 PENDING 1: 0/3 nodes are available: 3 cannot "
-        "allocate all claims."
+        "Deployment/nfd-lab/inference 2/3 -> lab-node-0 (2); PENDING 1: 0/3 nodes are "
+        "available: 3 cannot allocate all claims."
     ) in placement.lines
 
 

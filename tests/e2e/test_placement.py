@@ -8,17 +8,18 @@ from pathlib import Path
 
 from tests.support import TestCluster, run_cli
 
+# Where each workload's replicas land (node and replicas), then every node that could take one.
 LAB_PLACEMENT = [
-    "Pod/gpu-drv/cuda12-job 1/1 lab-node-0",
+    "Pod/gpu-drv/cuda12-job 1/1 -> lab-node-0 (1); candidates: lab-node-0",
     "Pod/gpu-drv/cuda13-job 0/1 PENDING 1: 0/3 nodes are available: 3 node(s) didn't match Pod's "
     "node affinity/selector.",
-    "Pod/nfd-lab/a100-job 1/1 lab-node-0",
-    "Pod/nfd-lab/any-gpu-job 1/1 lab-node-0",
-    "Pod/nfd-lab/gt-job 1/1 lab-node-0",
-    "Pod/nfd-lab/or-job 1/1 lab-node-0,lab-node-1",
-    "Pod/nfd-lab/train-a 1/1 lab-node-1",
-    "Deployment/gpu-drv/trainer 3/4 PENDING 1: 0/3 nodes are available: 3 node(s) didn't match pod "
-    "anti-affinity rules.",
+    "Pod/nfd-lab/a100-job 1/1 -> lab-node-0 (1); candidates: lab-node-0",
+    "Pod/nfd-lab/any-gpu-job 1/1 -> lab-node-0 (1); candidates: lab-node-0",
+    "Pod/nfd-lab/gt-job 1/1 -> lab-node-0 (1); candidates: lab-node-0",
+    "Pod/nfd-lab/or-job 1/1 -> lab-node-0 (1); candidates: lab-node-0,lab-node-1",
+    "Pod/nfd-lab/train-a 1/1 -> lab-node-1 (1); candidates: lab-node-1",
+    "Deployment/gpu-drv/trainer 3/4 -> lab-node-0 (1), lab-node-1 (1), lab-node-2 (1); PENDING 1: "
+    "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.",
 ]
 TRAIN_B = """---
 apiVersion: v1
@@ -50,7 +51,7 @@ def test_placement_uses_the_labels_after_apply(lab: TestCluster, workdir: Path) 
     # Live, lab-node-1 says 9 GPUs (gt-job would fit there); after apply it says 2 again.
     assert lab.labels("lab-node-1")["nvidia.com/gpu.count"] == "9"
     result = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
-    assert "Pod/nfd-lab/gt-job 1/1 lab-node-0" in result.lines
+    assert "Pod/nfd-lab/gt-job 1/1 -> lab-node-0 (1); candidates: lab-node-0" in result.lines
 
 
 def test_placement_without_a_cluster_uses_desired_nodes(workdir: Path) -> None:
@@ -192,7 +193,7 @@ def test_placement_counts_the_gpus_each_replica_takes(lab: TestCluster, workdir:
     result = run_cli("placement", cwd=workdir, kubeconfig=lab.kubeconfig)
     assert result.code == 1
     assert (
-        "Deployment/nfd-lab/big-train 1/2 PENDING 1: 0/3 nodes are available: 1 node(s) didn't "
+        "Deployment/nfd-lab/big-train 1/2 -> lab-node-0 (1); PENDING 1: 0/3 nodes are available: 1 node(s) didn't "
         "match Pod's node affinity/selector, 2 Insufficient nvidia.com/gpu. "
         "(3 nvidia.com/gpu free on the 2 nodes it may use, at most 2 on one node)"
     ) in result.lines

@@ -211,6 +211,35 @@ def test_permanent_failures_are_not_retried(lab: TestCluster, workdir: Path) -> 
     ] == [403]
 
 
+def test_a_forbidden_read_names_the_server_the_user_and_the_request(
+    lab: TestCluster, workdir: Path
+) -> None:
+    if lab.sandbox is None:
+        pytest.skip("answers 403 from inside the sandbox")
+    message = 'nodes is forbidden: User "ci" cannot list resource "nodes" at the cluster scope'
+
+    class Forbidden(FaultInjector):
+        def before(self, method: str, route: Route | None) -> Any:
+            if method == "GET" and route is not None and route.resource.plural == "nodes":
+                from reconcile.sandbox.errors import ApiStatus
+
+                return ApiStatus(403, "Forbidden", message, {})
+            return None
+
+    lab.sandbox.set_faults(Forbidden())
+    document = yaml.safe_load(lab.kubeconfig.read_text())
+    context = document["contexts"][0]
+
+    result = run_cli("plan", cwd=workdir, kubeconfig=lab.kubeconfig)
+
+    assert result.code == 2
+    assert result.stderr.splitlines() == [
+        f"error: the API server {document['clusters'][0]['cluster']['server']} does not allow "
+        f'user "{context["context"]["user"]}" (context "{context["name"]}") to GET '
+        f"/api/v1/nodes: {message} (403 Forbidden)"
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_apply_stops_cleanly_and_the_next_run_finishes(
@@ -291,10 +320,18 @@ def test_credentials_never_appear_in_errors_or_saved_plans(
     wrong = tmp_path / "wrong-token"
     document = yaml.safe_load(lab.kubeconfig.read_text())
     document["users"][0]["user"]["token"] = "s3cr3t-" + "x" * 30
+    document["users"][0]["name"] = "alice"
+    document["contexts"][0]["name"] = document["current-context"] = "lab"
+    document["contexts"][0]["context"]["user"] = "alice"
     wrong.write_text(json.dumps(document))
     refused = run_cli("plan", cwd=workdir, kubeconfig=wrong)
     assert refused.code == 2
-    assert "401" in refused.stderr or "Unauthorized" in refused.stderr
+    server = document["clusters"][0]["cluster"]["server"]
+    # The server and whose credentials it refused, in one line.
+    assert refused.stderr.splitlines() == [
+        f'error: the API server {server} refused the credentials of user "alice" '
+        '(context "lab"): 401 Unauthorized'
+    ]
 
     key = tmp_path / "client-key"
     document["users"][0]["user"] = {

@@ -249,3 +249,16 @@ def test_a_tag_on_another_kind_still_quotes_the_value(workdir: Path) -> None:
     run = run_cli("validate", cwd=workdir)
     assert run.code == 2
     assert 'cm.yaml:7:9: YAML cannot read "eighty" as an integer (!!int)' in run.stderr
+
+
+def test_verbose_traces_a_secrets_requests_by_path_only(creds: TestCluster, workdir: Path) -> None:
+    _declare(workdir, "stringData", DESIRED)
+    applied = run_cli("apply", "-v", "--force-conflicts", cwd=workdir, kubeconfig=creds.kubeconfig)
+    assert applied.code == 0, applied.stderr
+    server = creds.api_client.configuration.host
+    assert (
+        f"PATCH {server}{SECRET_PATH}?fieldManager=reconcile&force=true 200 OK in "
+        in applied.stderr
+    )
+    assert "Authorization" not in applied.stderr and "Bearer" not in applied.stderr
+    _assert_hidden([applied], [], LIVE, DESIRED)

@@ -3,6 +3,7 @@ credentials), pre-commit, completion, verbosity and colour, kubeconfigs, the whe
 
 from __future__ import annotations
 
+import base64
 import importlib
 import itertools
 import json
@@ -24,6 +25,7 @@ from urllib.parse import unquote
 import pytest
 import yaml
 
+from reconcile.diagnostics import ApiError
 from reconcile.kube.client import Cluster
 from reconcile.sandbox import Sandbox
 from reconcile.sandbox.server import RequestRecord
@@ -572,6 +574,32 @@ def test_in_cluster_credentials_are_picked_when_there_is_no_kubeconfig(
         cluster.close()
 
 
+def test_a_refused_pod_token_names_its_service_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims = {"sub": "system:serviceaccount:reconcile-system:reconcile", "aud": ["k8s"]}
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    with Sandbox(lab_objects("lab")) as sandbox:
+        port = sandbox.port
+        token, ca = tmp_path / "token", tmp_path / "ca.crt"
+        token.write_text(f"eyJhbGciOiJSUzI1NiJ9.{payload}.c2lnbmF0dXJlLW5vdC1jaGVja2Vk")
+        ca.write_bytes(sandbox.certificates.ca_pem)
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(sandbox.port))
+        monkeypatch.setattr("kubernetes.config.incluster_config.SERVICE_TOKEN_FILENAME", str(token))
+        monkeypatch.setattr("kubernetes.config.incluster_config.SERVICE_CERT_FILENAME", str(ca))
+
+        cluster = Cluster.connect(in_cluster=True)
+        with pytest.raises(ApiError) as refused:
+            cluster.list_nodes()
+        cluster.close()
+
+    assert str(refused.value) == (
+        f"the API server https://127.0.0.1:{port} refused the credentials of service "
+        'account "system:serviceaccount:reconcile-system:reconcile": 401 Unauthorized'
+    )
+
+
 # An exec credential plugin, as kubectl runs one: prints an ExecCredential whose token
 # expires in a second (inside the client's five minutes of margin, so due at once), and
 # counts its runs in a file.
@@ -702,7 +730,9 @@ def test_completion_completes_commands_and_options() -> None:
     assert "plain,--prune" in done.stdout.splitlines()
 
 
-def test_quiet_keeps_errors_and_verbose_counts_requests(lab: TestCluster, workdir: Path) -> None:
+def test_quiet_keeps_errors_and_verbose_traces_and_counts_requests(
+    lab: TestCluster, workdir: Path
+) -> None:
     nodes = workdir / "desired" / "nodes"
     (nodes / "lab-node-9.yaml").write_text(
         (nodes / "lab-node-2.yaml").read_text().replace("lab-node-2", "lab-node-9")
@@ -711,8 +741,25 @@ def test_quiet_keeps_errors_and_verbose_counts_requests(lab: TestCluster, workdi
     assert 'warning: Pod "any-gpu-job"' not in normal.stderr  # gated NotIn: no warning
     assert "lab-node-9: declared in" in normal.stderr
 
-    verbose = run_cli("plan", "-v", cwd=workdir, kubeconfig=lab.kubeconfig)
+    # A process of its own: in this one the mig-manager stand-in's requests are traced too.
+    verbose = run_cli("plan", "-v", cwd=workdir, kubeconfig=lab.kubeconfig, process=True)
     assert "note: " in verbose.stderr and "request(s) to https://127.0.0.1:" in verbose.stderr
+    # Each request as kubectl -v=6 traces it: method, URL with its query, status, time.
+    server = re.escape(str(lab.api_client.configuration.host))
+    traced = [
+        line
+        for line in verbose.stderr.splitlines()
+        if re.fullmatch(
+            rf"(GET|PATCH|POST|PUT|DELETE) {server}/\S+ \d{{3}} [A-Za-z ]+ in \d+ milliseconds",
+            line,
+        )
+    ]
+    assert f"GET {lab.api_client.configuration.host}/api/v1/nodes?limit=500 200 OK" in "\n".join(
+        traced
+    )
+    assert any("dryRun=All 200 OK in" in line for line in traced)
+    [count] = re.findall(r"note: (\d+) request\(s\) to", verbose.stderr)
+    assert len(traced) == int(count)
 
     workloads = workdir / "desired" / "workloads" / "nfd-lab.yaml"
     workloads.write_text(

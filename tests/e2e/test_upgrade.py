@@ -209,7 +209,10 @@ def test_a_budget_that_blocks_after_preflight_times_out_leaving_the_node_cordone
     assert err.count(waiting) == 1
     assert (
         "timed out after 1s evicting Pod/gpu-drv/trainer-7d9c5b8f6d-m4w7z: Cannot evict pod as it would violate "
-        "the pod's disruption budget. (The disruption budget trainer-pdb needs 4 healthy pods and has 4 currently)"
+        "the pod's disruption budget. (The disruption budget trainer-pdb needs 4 healthy pods and has 4 currently); "
+        "PodDisruptionBudget gpu-drv/trainer-pdb: set minAvailable to 3 (kubectl patch pdb "
+        """trainer-pdb -n gpu-drv --type=merge -p '{"spec":{"minAvailable":3}}'), or add healthy """
+        "replicas first"
     ) in err
     node = cluster.node("lab-node-1")
     assert node["spec"]["unschedulable"] is True
@@ -223,6 +226,38 @@ def test_a_budget_that_blocks_after_preflight_times_out_leaving_the_node_cordone
     assert not cluster.node("lab-node-1")["spec"].get(
         "unschedulable"
     )  # cordoned by the failed try only
+
+
+@pytest.mark.slow
+def test_a_budget_desired_declares_that_blocks_the_drain_gets_advice_for_the_file(
+    cluster: TestCluster, work: Path
+) -> None:
+    if cluster.sandbox is None:
+        pytest.skip("raises the budget from inside the sandbox, between preflight and drain")
+    _add_row(work)
+    (work / "desired" / "workloads").mkdir()
+    shutil.copy(REPO / "desired" / "workloads" / "gpu-drv.yaml", work / "desired" / "workloads")
+    _min_available(cluster, 3)
+    raised: list[bool] = []
+
+    def raise_budget_after_preflight(record: RequestRecord) -> None:
+        if record.resource == "poddisruptionbudgets" and record.verb == "list" and not raised:
+            raised.append(True)
+            _min_available(cluster, 4)
+
+    cluster.sandbox.server.observers.append(raise_budget_after_preflight)
+
+    code, _, err = _upgrade(cluster, work, "--timeout", "1s")
+
+    assert code == 2
+    [error] = [line for line in err.splitlines() if line.startswith("error:")]
+    assert (
+        "; PodDisruptionBudget gpu-drv/trainer-pdb: set spec.minAvailable to 3 at "
+        "desired/workloads/gpu-drv.yaml:81:17 (desired/ declares this budget: a `kubectl "
+        "patch` would be reverted by the next apply), commit and apply it; or add healthy "
+        "replicas first; lab-node-1 is left cordoned in upgrade-failed"
+    ) in error
+    assert "kubectl patch pdb" not in err
 
 
 def test_an_interrupted_upgrade_resumes_from_its_journal(cluster: TestCluster, work: Path) -> None:

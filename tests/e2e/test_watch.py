@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -383,7 +384,7 @@ def test_a_standby_replica_reports_and_never_writes(lab: TestCluster, workdir: P
         (("--lease", "nolease"), "error: --lease 'nolease' is not NAMESPACE/NAME"),
         (
             ("--metrics-address", "nonsense"),
-            "error: --metrics-address 'nonsense' is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)",
+            "error: --metrics-address 'nonsense' is not HOST:PORT (e.g. 127.0.0.1:8397, :8397)",
         ),
         (("--resync", "0"), "error: --resync must be at least 10s"),
         (("--resync", "9.5s"), "error: --resync must be at least 10s"),
@@ -572,6 +573,21 @@ def ended(process: subprocess.Popen[str]) -> tuple[str, str]:
     out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     return out, err
+
+
+@pytest.mark.slow
+def test_a_corrected_line_is_marked_and_differs_from_a_reported_one(
+    lab: TestCluster, workdir: Path
+) -> None:
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ "
+    with command(lab, workdir) as (process, url):
+        eventually(lambda: get(url + "/readyz")[0] == 200, "ready")
+        reported, _ = ended(process)
+    with command(lab, workdir, "--correct") as (process, url):
+        eventually(lambda: lab.labels("lab-node-1")[GPU_COUNT] == "2", "the correction")
+        corrected, _ = ended(process)
+    assert re.fullmatch(stamp + f"lab-node-1 {GPU_COUNT} 2\n", reported), reported
+    assert re.fullmatch(stamp + f"lab-node-1 {GPU_COUNT} 2 \\(corrected\\)\n", corrected), corrected
 
 
 @pytest.mark.slow

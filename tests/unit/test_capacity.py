@@ -148,7 +148,10 @@ def test_a_pod_that_fits_nowhere_gets_the_schedulers_histogram() -> None:
 
 def test_every_replica_takes_its_share_before_the_next_is_placed() -> None:
     nodes = [_node("a", nvidia_gpu="8"), _node("b", nvidia_gpu="4")]
-    assert placement_line(place(_gpus(4, replicas=3), nodes)) == "Deployment/ml/train 3/3 a,b"
+    # Where the replicas land (two on a, one on b), then where else they could.
+    assert placement_line(place(_gpus(4, replicas=3), nodes)) == (
+        "Deployment/ml/train 3/3 -> a (2), b (1); candidates: a,b"
+    )
     result = place(_gpus(4, replicas=4), nodes)
     assert (result.placed, result.pending) == (3, 1)
     assert result.reason == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
@@ -274,7 +277,7 @@ def test_a_daemonset_waits_only_on_the_nodes_without_room() -> None:
     nodes = [_node("a", cpu="4"), _node("b", cpu="1"), _node("c", cpu="8")]
     result = place(template, nodes)
     assert placement_line(result) == (
-        "DaemonSet/x/agent 2/3 PENDING 1: 0/3 nodes are available: 1 Insufficient cpu, "
+        "DaemonSet/x/agent 2/3 -> a (1), c (1); PENDING 1: 0/3 nodes are available: 1 Insufficient cpu, "
         "2 node(s) didn't satisfy plugin(s) [NodeAffinity]."
     )
 

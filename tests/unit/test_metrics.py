@@ -33,7 +33,7 @@ def test_an_address_that_is_not_host_port_is_refused(address: str) -> None:
     with pytest.raises(ReconcileError) as refused:
         bind_address(address)
     assert str(refused.value) == (
-        f"--metrics-address {address!r} is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)"
+        f"--metrics-address {address!r} is not HOST:PORT (e.g. 127.0.0.1:8397, :8397)"
     )
 
 

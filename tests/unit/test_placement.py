@@ -308,7 +308,8 @@ def test_required_anti_affinity_on_hostname_counts_replicas() -> None:
     result = place(template, nodes)
     assert (result.nodes, result.pending) == (("n0", "n1", "n2"), 1)
     assert placement_line(result) == (
-        "Deployment/gpu-drv/trainer 3/4 PENDING 1: 0/3 nodes are available: "
+        "Deployment/gpu-drv/trainer 3/4 -> n0 (1), n1 (1), n2 (1); PENDING 1: "
+        "0/3 nodes are available: "
         "3 node(s) didn't match pod anti-affinity rules."
     )
     assert place(template, [*nodes, NodeView("n3", {"kubernetes.io/hostname": "n3"})]).ok

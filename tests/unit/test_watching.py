@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from reconcile import diagnostics as diag
-from reconcile.app.metrics import WatchMetrics
+from reconcile.app.metrics import WatchMetrics, bind_address
 from reconcile.app.watching import Metered, WatchSettings, _stopped_by_signals
 from reconcile.diagnostics import ReconcileError
 from reconcile.engine.diff import Action, NodeChange
@@ -36,7 +36,7 @@ from reconcile.engine.plan import PlanOptions
         ({"lease": "namespace/"}, "--lease 'namespace/' is not NAMESPACE/NAME"),
         (
             {"metrics_address": "nonsense"},
-            "--metrics-address 'nonsense' is not HOST:PORT (e.g. 127.0.0.1:9090, :9090)",
+            "--metrics-address 'nonsense' is not HOST:PORT (e.g. 127.0.0.1:8397, :8397)",
         ),
     ],
 )
@@ -182,3 +182,18 @@ def test_a_signal_stops_the_watch_and_the_handlers_before_come_back() -> None:
         signal.raise_signal(signal.SIGTERM)
         assert stop.wait(5)
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+# Prometheus (9090), its Pushgateway and Alertmanager (9091-9094) and the exporters of its
+# wiki's default port allocations (9100-9999, every one allocated; 9464 OpenTelemetry's).
+PROMETHEUS_ALLOCATED = range(9090, 10000)
+
+
+def test_the_default_metrics_port_is_none_that_prometheus_or_an_exporter_uses() -> None:
+    from reconcile.cli.watching import watch
+
+    option = next(p for p in watch.params if p.name == "metrics_address")
+    assert option.default == WatchSettings().metrics_address
+    _, port = bind_address(WatchSettings().metrics_address)
+    assert port not in PROMETHEUS_ALLOCATED
+    assert port not in range(10248, 10261)  # the kubelet's and the control plane's

@@ -125,7 +125,7 @@ def test_a_forks_pull_request_runs_what_needs_no_cluster(workdir: Path) -> None:
     assert code == 0
     assert "#### reconcile validate" in comment
     assert "#### reconcile placement (against desired/nodes alone)" in comment
-    assert "Pod/nfd-lab/a100-job 1/1 lab-node-0" in comment
+    assert "Pod/nfd-lab/a100-job 1/1 -> lab-node-0 (1); candidates: lab-node-0" in comment
     assert "The cluster plan runs once a maintainer approves this run" in comment
 
     node_file = workdir / "desired" / "nodes" / "lab-node-0.yaml"

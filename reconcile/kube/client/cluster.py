@@ -10,7 +10,9 @@ wire.py into what a plan reads.
 from __future__ import annotations
 
 import functools
+import http
 import json
+import logging
 import math
 import threading
 import time
@@ -50,6 +52,33 @@ PAGES_AHEAD: Final = 4  # pages of a LIST of nodes fetched and not yet decoded, 
 MERGE_PATCH: Final = "application/merge-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
 
+# -v: every request traced as kubectl -v=6 traces it (round_trippers.go), one line each:
+# `GET https://host:6443/api/v1/nodes?limit=500 200 OK in 3 milliseconds`. The URL only:
+# never a header (the bearer token is one) nor a body (a Secret's data is one).
+trace = logging.getLogger("reconcile.requests")
+
+
+def _traced(method: str, url: str, started: float, status: int | None, reason: str) -> None:
+    if not trace.isEnabledFor(logging.DEBUG):
+        return
+    if status is None:
+        answer = "(no answer)"
+    else:
+        try:
+            phrase = reason or http.HTTPStatus(status).phrase
+        except ValueError:
+            phrase = reason
+        answer = f"{status} {phrase}".rstrip()
+    elapsed = round((time.monotonic() - started) * 1000)
+    trace.debug(
+        "%s %s %s in %d milliseconds",
+        method,
+        without_userinfo(url),
+        answer,
+        elapsed,
+        extra={"plain": True},
+    )
+
 
 def _head(data: bytes) -> tuple[wire.PageHead, bytes]:
     return wire.page_head(data), data
@@ -70,8 +99,10 @@ class Cluster:
         request_timeout: float | None = None,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
+        whose: str = "",
     ) -> None:
         self.api_client = api_client
+        self.whose = whose  # whose credentials: `user "alice" (context "lab")`
         self.request_timeout = request_timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.retry = retry or RetryPolicy()
@@ -96,8 +127,8 @@ class Cluster:
         """Credentials as kubectl finds them: the one --kubeconfig file, else $KUBECONFIG
         (several files joined by ':', missing ones skipped), else ~/.kube/config, and in
         a pod the service account (the only way with `in_cluster`)."""
-        api_client = connected(kubeconfig, context, in_cluster=in_cluster)
-        return cls(api_client, request_timeout=request_timeout, timeout=timeout)
+        api_client, whose = connected(kubeconfig, context, in_cluster=in_cluster)
+        return cls(api_client, request_timeout=request_timeout, timeout=timeout, whose=whose)
 
     @property
     def tls_verified(self) -> bool:
@@ -193,10 +224,16 @@ class Cluster:
         )
 
         def send(timeout: float | None) -> tuple[int, Any]:
-            response = self.api_client.call_api(
-                method, url, header_params=headers, body=body, _request_timeout=timeout
-            )
-            response.read()
+            started = time.monotonic()
+            try:
+                response = self.api_client.call_api(
+                    method, url, header_params=headers, body=body, _request_timeout=timeout
+                )
+                response.read()
+            except Exception:
+                _traced(method, url, started, None, "")
+                raise
+            _traced(method, url, started, response.status, str(response.reason or ""))
             if not 200 <= response.status <= 299:
                 raise ApiException.from_response(http_resp=response, body=None, data=None)
             if decode is not None:
@@ -220,7 +257,7 @@ class Cluster:
             try:
                 timeout = self._timeout(method, path)
                 limited = timeout is not None and timeout != self.request_timeout
-                described = Request(self.server, method, path, timeout, limited)
+                described = Request(self.server, method, path, timeout, limited, self.whose)
                 return call(functools.partial(send, timeout), described, self.redactor)
             except ReconcileError as error:
                 if isinstance(error, Conflict) and sent_unanswered:
@@ -288,7 +325,9 @@ class Cluster:
             header_params={"Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
-        described = Request(self.server, "GET", f"{path}?watch=true", self.request_timeout)
+        described = Request(
+            self.server, "GET", f"{path}?watch=true", self.request_timeout, whose=self.whose
+        )
         with self._lock:
             self.requests += 1
         # The read timeout outlasts the server's own end of the stream.
@@ -296,9 +335,15 @@ class Cluster:
         connect = self.request_timeout or 30.0
 
         def opened() -> Any:
-            response = self.api_client.call_api(
-                method, url, header_params=headers, _request_timeout=(connect, read)
-            )
+            started = time.monotonic()
+            try:
+                response = self.api_client.call_api(
+                    method, url, header_params=headers, _request_timeout=(connect, read)
+                )
+            except Exception:
+                _traced(method, url, started, None, "")
+                raise
+            _traced(method, url, started, response.status, str(response.reason or ""))
             if not 200 <= response.status <= 299:
                 response.read()
                 raise ApiException.from_response(http_resp=response, body=None, data=None)

@@ -6,7 +6,9 @@ it, never quoting it: a line of a kubeconfig may hold a token.
 
 from __future__ import annotations
 
+import base64
 import binascii
+import json
 import math
 import os
 import re
@@ -65,12 +67,15 @@ class _Configuration(Configuration):
 
 def connected(
     kubeconfig: str | None = None, context: str | None = None, *, in_cluster: bool = False
-) -> ApiClient:
+) -> tuple[ApiClient, str]:
     """An ApiClient with credentials as kubectl finds them: the one `kubeconfig` file,
     else $KUBECONFIG (several files joined by ':', missing ones skipped), else
     ~/.kube/config, and in a pod the service account (the only way with `in_cluster`).
-    urllib3 never retries on its own; ConfigError when no usable credentials are found."""
+    urllib3 never retries on its own; ConfigError when no usable credentials are found.
+    With the client, whose credentials they are, as an error may name them: `user "alice"
+    (context "lab")`, or in a pod its service account."""
     configuration = _Configuration()
+    whose = "the pod's service account"
     if in_cluster:
         paths = []
     elif kubeconfig:
@@ -82,9 +87,10 @@ def connected(
         paths = [p for p in dict.fromkeys(listed.split(os.pathsep)) if p and Path(p).is_file()]
     try:
         if paths:
-            _load_kubeconfig(paths, context, configuration)
+            whose = _load_kubeconfig(paths, context, configuration)
         elif os.environ.get("KUBERNETES_SERVICE_HOST") or in_cluster:
             config.load_incluster_config(client_configuration=configuration)
+            whose = _service_account(configuration)
         else:
             raise ConfigError(
                 "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, or create "
@@ -102,7 +108,23 @@ def connected(
         _silence_insecure_warnings(str(configuration.host))
     client = ApiClient(configuration)
     client.user_agent = USER_AGENT
-    return client
+    return client, whose
+
+
+def _service_account(configuration: Configuration) -> str:
+    """`service account "system:serviceaccount:NS:NAME"`, the subject of the pod's token
+    (a JWT whose claims are not secret; its signature, the part that is, is not read)."""
+    token = str((configuration.api_key or {}).get("BearerToken") or "").removeprefix("Bearer ")
+    parts = token.split(".")
+    if len(parts) == 3:
+        try:
+            claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        except ValueError:
+            claims = None
+        subject = claims.get("sub") if isinstance(claims, dict) else None
+        if isinstance(subject, str) and subject.startswith("system:serviceaccount:"):
+            return f'service account "{subject}"'
+    return "the pod's service account"
 
 
 def skips_tls_verification(configuration: Configuration) -> bool:
@@ -143,10 +165,11 @@ def _broken_config(error: Exception) -> str:
     return f"not a usable kubeconfig ({type(error).__name__}: {first})"
 
 
-def _load_kubeconfig(paths: list[str], context: str | None, configuration: Configuration) -> None:
+def _load_kubeconfig(paths: list[str], context: str | None, configuration: Configuration) -> str:
     """Merge kubeconfig files as kubectl does: for every cluster, user and context name,
     and for current-context, the first file that sets it wins. (The client's own merge
-    takes current-context from the last file.)"""
+    takes current-context from the last file.) Whose credentials they are: `user "U"
+    (context "C")`."""
     merger = KubeConfigMerger(os.pathsep.join(paths))
     if merger.config is None:
         raise ConfigException("Invalid kube-config file. No configuration found.")
@@ -170,3 +193,8 @@ def _load_kubeconfig(paths: list[str], context: str | None, configuration: Confi
         config_dict=merger.config, config_base_path=None, active_context=context
     )
     loader.load_and_set(configuration)
+    chosen = loader.current_context  # the chosen context's entry, as plain dicts
+    name = str(chosen.get("name") or "")
+    settings = chosen.get("context")
+    user = settings.get("user") if isinstance(settings, dict) else None
+    return f'user "{user}" (context "{name}")' if user else f'context "{name}" (no user)'

@@ -86,6 +86,7 @@ class Request:
     path: str
     timeout: float | None
     by_deadline: bool = False  # the overall --timeout left less than --request-timeout
+    whose: str = ""  # whose credentials it carries: `user "alice" (context "lab")`
 
 
 def call(fn: Callable[[], T], request: Request, redact: Callable[[str], str] = unchanged) -> T:
@@ -99,7 +100,10 @@ def call(fn: Callable[[], T], request: Request, redact: Callable[[str], str] = u
                 f"{request.method} {request.path} to {request.server} failed: "
                 f"{redact(str(e.reason))}"
             ) from None
-        raise translate(e, redact) from None
+        error = translate(e, redact)
+        if error.status in (401, 403):
+            error.args = (_refused(error, request),)
+        raise error from None
     except urllib3.exceptions.HTTPError as e:
         reason = getattr(e, "reason", None) or e
         kind = (
@@ -142,6 +146,21 @@ class RetryPolicy:
         if remaining is not None and wait >= remaining:
             return None
         return wait
+
+
+def _refused(error: ApiError, request: Request) -> str:
+    """A 401 or 403 naming the server and whose credentials it refused, as kubectl's
+    `error: You must be logged in to the server (Unauthorized)` does not."""
+    whose = request.whose or "the kubeconfig's user"
+    answer = f"{error.status} {error.reason}".rstrip()
+    if error.status == 401:
+        said = f"{error.message}: " if error.message and error.message != error.reason else ""
+        return f"the API server {request.server} refused the credentials of {whose}: {said}{answer}"
+    said = f"{error.message} " if error.message else ""
+    return (
+        f"the API server {request.server} does not allow {whose} to {request.method} "
+        f"{request.path}: {said}({answer})"
+    )
 
 
 def _seconds(value: float) -> str:

@@ -1,6 +1,8 @@
-"""Drift made by hand with the real kubectl (patch, edit, client-side apply, label) is
-planned with the manager that made it and taken back by apply; a field a controller owns
-still needs --force-conflicts, and the cluster stays as it was until then."""
+"""Drift made by hand with the real kubectl (patch, edit, client-side apply, label, scale)
+is planned with the manager that made it and taken back by apply; a field a controller
+owns (a data key another manager wrote, the `replicas` a HorizontalPodAutoscaler sets)
+still needs --force-conflicts, the finding names the controller, and the cluster stays as
+it was until then."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -254,3 +257,89 @@ def test_kubectl_scale_is_taken_back_without_force_conflicts(
     status, body = applied.raw("GET", "/apis/apps/v1/namespaces/drift/deployments/scaled")
     assert status == 200 and body["spec"]["replicas"] == 2
     assert run_cli("plan", cwd=workdir, kubeconfig=applied.kubeconfig).code == 0
+
+
+def _replicas(cluster: TestCluster) -> int:
+    status, body = cluster.raw("GET", "/apis/apps/v1/namespaces/drift/deployments/scaled")
+    assert status == 200, body
+    return int(body["spec"]["replicas"])
+
+
+def _autoscale_to(cluster: TestCluster, replicas: int) -> None:
+    """What an HPA whose minReplicas is above the Deployment's replicas does: its
+    controller (in kube-controller-manager) updates the scale subresource, and owns
+    `spec.replicas` as `"kube-controller-manager" with subresource "scale"`. On a real
+    cluster the HPA and its controller do it (no metrics needed below minReplicas, within
+    the controller's 15 s sync period); the sandbox serves no HPAs, so the test writes the
+    controller's update as the controller sends it."""
+    if cluster.is_sandbox:
+        status, body = cluster.raw(
+            "PUT",
+            "/apis/apps/v1/namespaces/drift/deployments/scaled/scale"
+            "?fieldManager=kube-controller-manager",
+            {
+                "apiVersion": "autoscaling/v1",
+                "kind": "Scale",
+                "metadata": {"name": "scaled", "namespace": "drift"},
+                "spec": {"replicas": replicas},
+            },
+        )
+        assert status == 200, body
+        return
+    kubectl(
+        cluster, "autoscale", "deployment", "scaled", "-n", "drift",
+        f"--min={replicas}", f"--max={replicas + 2}", "--cpu=80%",
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    while _replicas(cluster) != replicas:
+        assert time.monotonic() < deadline, "the HPA controller did not scale the Deployment"
+        time.sleep(1)
+
+
+def test_replicas_an_hpa_owns_still_conflict_and_the_finding_names_its_controller(
+    applied: TestCluster, workdir: Path
+) -> None:
+    """`replicas` written through the same scale subresource as `kubectl scale`, but by the
+    HPA's controller: not a person's edit. Plan shows what forcing would change, owned by
+    kube-controller-manager, and an object-conflict finding that blocks apply; apply
+    writes nothing."""
+    (workdir / "desired" / "workloads" / "scaled.yaml").write_text(SCALED)
+    first = run_cli("apply", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert first.code == 0, first.stderr
+    _autoscale_to(applied, 3)
+    status, before = applied.raw("GET", "/apis/apps/v1/namespaces/drift/deployments/scaled")
+    assert status == 200, before
+    owners = [
+        (entry["manager"], entry.get("subresource"))
+        for entry in before["metadata"]["managedFields"]
+        if "f:replicas" in entry["fieldsV1"].get("f:spec", {})
+    ]
+    assert owners == [("kube-controller-manager", "scale")]
+
+    wide = run_cli("plan", "-o", "wide", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert wide.code == 2, wide.stderr
+    assert wide.lines == [WIDE_HEADER, f"{SCALED_ID} spec.replicas 3 2 kube-controller-manager"]
+    assert (
+        'conflict with "kube-controller-manager" with subresource "scale" using apps/v1'
+        in wide.stderr
+    )
+    assert "--force-conflicts takes ownership" in wide.stderr
+    assert "apply takes back" not in wide.stderr
+    document = json.loads(
+        run_cli("plan", "-o", "json", cwd=workdir, kubeconfig=applied.kubeconfig).stdout
+    )
+    [finding] = document["findings"]
+    assert (finding["kind"], finding["subject"], finding["blocksApply"]) == (
+        "object-conflict",
+        SCALED_ID,
+        True,
+    )
+    [scaled] = [
+        o for o in document["objects"] if (o["kind"], o["name"]) == ("Deployment", "scaled")
+    ]
+    assert "takenFrom" not in scaled
+
+    refused = run_cli("apply", cwd=workdir, kubeconfig=applied.kubeconfig)
+    assert (refused.code, refused.stdout) == (2, ""), refused.stderr
+    assert "nothing was applied" in refused.stderr
+    assert _replicas(applied) == 3

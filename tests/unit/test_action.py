@@ -1,8 +1,10 @@
 """action.yml, the composite action the repository's workflows use (`uses: ./`) and other
 repositories use as `example/reconcile@<tag>`: what the workflows pass exists, the install
-step installs what `version` says, the comment is one comment updated in place, and the
+step installs what `version` says with the dependencies constraints.txt pins, `--prune` is
+passed exactly when `prune` is true (false by default, as in the CLI), every action it and
+the workflows use is pinned by commit, the comment is one comment updated in place, and the
 verdict fails the job on what must not merge. Its steps run here as bash, with stand-ins
-for `python -m pip` and `gh`."""
+for `python -m pip`, `reconcile` and `gh`."""
 
 from __future__ import annotations
 
@@ -119,12 +121,15 @@ def test_the_install_step_installs_what_version_says(
     )
     assert result.returncode == 0, result.stderr
     expected = installed.format(action=action_path)
-    assert (tmp_path / "pip-args").read_text() == f"-m pip install --quiet {expected}\n"
+    constraints = f"-c {action_path}/constraints.txt"
+    assert (tmp_path / "pip-args").read_text() == (
+        f"-m pip install --quiet {constraints} {expected}\n"
+    )
 
 
 def test_apply_without_a_kubeconfig_fails_and_says_so(tmp_path: Path) -> None:
     env = {"COMMAND": "apply", "DESIRED": "desired", "KUBECONFIG_DATA": ""}
-    env |= {"PLAN_FILE": "", "PLAN_KEY": ""}
+    env |= {"PLAN_FILE": "", "PLAN_KEY": "", "PRUNE": "false"}
     result = _run(_step("run"), tmp_path, env)
     assert result.returncode == 0, result.stderr  # the verdict step fails the job
     said = dict(line.split("=", 1) for line in (tmp_path / "output").read_text().splitlines())
@@ -133,6 +138,107 @@ def test_apply_without_a_kubeconfig_fails_and_says_so(tmp_path: Path) -> None:
     unknown = _run(_step("run"), tmp_path, {**env, "COMMAND": "destroy"})
     assert unknown.returncode == 1
     assert "command must be plan or apply" in unknown.stdout
+
+
+def test_the_prune_default_is_the_clis() -> None:
+    """One default: the CLI's plan and apply remove nothing unless given --prune, and the
+    action passes it only when its input says so."""
+    import click
+
+    from reconcile.cli import main
+
+    assert _action()["inputs"]["prune"]["default"] == "false"
+    context = click.Context(main)
+    for name in ("plan", "apply"):
+        command = main.get_command(context, name)
+        assert command is not None
+        assert command.make_context(name, [], parent=context).params["prune"] is False
+
+
+@pytest.mark.parametrize("command", ["plan", "apply"])
+@pytest.mark.parametrize("prune", ["true", "false"])
+def test_prune_is_passed_only_when_the_input_is_true(
+    command: str, prune: str, tmp_path: Path
+) -> None:
+    bin_dir = tmp_path / "bin"
+    calls = tmp_path / "calls"
+    _stand_in(bin_dir, "reconcile", f'#!/bin/sh\necho "$@" >> {calls}\n')
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "COMMAND": command,
+        "DESIRED": "desired",
+        "KUBECONFIG_DATA": "apiVersion: v1\nkind: Config\n",
+        "PLAN_FILE": "",
+        "PLAN_KEY": "",
+        "PRUNE": prune,
+    }
+    result = _run(_step("run"), tmp_path, env)
+    assert result.returncode == 0, result.stderr
+    [run] = [line.split() for line in calls.read_text().splitlines() if line.startswith(command)]
+    assert ("--prune" in run) is (prune == "true")
+    assert not {"--allow-empty-prune", "--prune-namespace-contents"} & set(run)
+    assert not (tmp_path / "reconcile" / "kubeconfig").exists()
+
+
+def test_a_prune_input_that_is_not_true_or_false_fails_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    bin_dir = tmp_path / "bin"
+    _stand_in(bin_dir, "reconcile", f"#!/bin/sh\ntouch {tmp_path}/ran\n")
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "COMMAND": "apply",
+        "DESIRED": "desired",
+        "KUBECONFIG_DATA": "apiVersion: v1\n",
+        "PLAN_FILE": "",
+        "PLAN_KEY": "",
+        "PRUNE": "yes",
+    }
+    result = _run(_step("run"), tmp_path, env)
+    assert result.returncode == 1
+    assert "::error::prune must be true or false, not 'yes'" in result.stdout
+    assert not (tmp_path / "ran").exists()
+
+
+# `uses: owner/repo@<commit> # vX.Y.Z`: what runs is the commit, whatever the tag later
+# points at; the comment says which release it is. `./` is this repository's own action,
+# `example/reconcile` the name the documentation gives it in another repository, whose
+# commits the examples cannot know.
+_USES = re.compile(r"^\s*(?:-\s+)?uses:\s*(?P<ref>\S+)(?P<rest>.*)$")
+_PINNED = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+_VERSION_COMMENT = re.compile(r"^\s+# v\d+(\.\d+){1,2}$")
+_OURS = ("./", "example/reconcile@")
+
+
+def _documented_workflows() -> list[tuple[str, str]]:
+    """(where, text) of every YAML block of the documentation that holds a `uses:`."""
+    found = []
+    for page in sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")]):
+        blocks = re.findall(r"^```ya?ml\n(.*?)^```", page.read_text(), flags=re.M | re.S)
+        for number, block in enumerate(blocks):
+            if any(_USES.match(line) for line in block.splitlines()):
+                found.append((f"{page.relative_to(REPO)} block {number}", block))
+    return found
+
+
+def test_every_action_used_is_pinned_by_commit_with_its_version_in_a_comment() -> None:
+    sources = [("action.yml", (REPO / "action.yml").read_text())]
+    sources += [(str(p.relative_to(REPO)), p.read_text()) for p in sorted(WORKFLOWS.glob("*.yml"))]
+    documented = _documented_workflows()
+    assert {where.split(" block")[0] for where, _ in documented} >= {"docs/github-action.md"}
+    pinned = 0
+    for where, text in [*sources, *documented]:
+        for line in text.splitlines():
+            match = _USES.match(line)
+            if match is None:
+                continue
+            ref, rest = match["ref"], match["rest"]
+            if ref.startswith(_OURS):
+                continue
+            assert _PINNED.match(ref), f"{where}: {line.strip()} is not pinned by a commit"
+            assert _VERSION_COMMENT.match(rest), f"{where}: {line.strip()} names no version"
+            pinned += 1
+    assert pinned >= 20
 
 
 @pytest.mark.parametrize(

@@ -106,6 +106,31 @@ def test_the_release_workflow_publishes_what_it_built_for_the_tag() -> None:
     assert set(jobs["release"]["needs"]) == {"pypi", "image"}
 
 
+def test_the_release_checks_constraints_txt_against_the_wheel_and_attaches_it() -> None:
+    """constraints.txt (tests/unit/test_constraints.py) is checked to pin exactly what the
+    built wheel installs before anything is published, and ships with the release."""
+    jobs = yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    steps = jobs["dist"]["steps"]
+    [check] = [i for i, s in enumerate(steps) if "tools/constraints.py" in s.get("run", "")]
+    assert steps[check]["run"].split() == [
+        "python",
+        "tools/constraints.py",
+        "--check",
+        '"dist/reconcile_gpu-$VERSION-py3-none-any.whl"',
+    ]
+    # before the distributions are handed on: a failed check publishes nothing
+    [handed_on] = [i for i, s in enumerate(steps) if s.get("with", {}).get("name") == "dist"]
+    assert check < handed_on
+    uploads = [s["with"] for s in steps if "upload-artifact" in s.get("uses", "")]
+    assert {"name": "constraints", "path": "constraints.txt"} in uploads
+    release = jobs["release"]["steps"]
+    downloaded = [s["with"]["name"] for s in release if "download-artifact" in s.get("uses", "")]
+    assert "constraints" in downloaded
+    [create] = [s["run"] for s in release if "gh release create" in s.get("run", "")]
+    assert create.split()[-2:] == ["dist/*", "constraints.txt"]
+    assert "include constraints.txt" in (REPO / "MANIFEST.in").read_text().splitlines()
+
+
 def _scm_version(root: Path) -> str:
     said = subprocess.run(
         [sys.executable, "-m", "setuptools_scm", "--root", str(root)],

@@ -1,10 +1,11 @@
 """The GitHub workflows and the deploy manifests agree, and the pull-request check fails on
 what must not merge: the action's step the plan workflow runs (action.yml) runs here, as
-bash, against the sandbox."""
+bash, against the sandbox. actionlint checks the workflows and the documented examples."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,27 +31,44 @@ def _step(workflow: str, name: str) -> dict[str, str]:
     return dict(step)
 
 
+def _with(workflow: str, name: str) -> dict[str, object]:
+    """What the workflow's step `name` (the repository's action) is given."""
+    document = yaml.safe_load((REPO / ".github" / "workflows" / workflow).read_text())
+    [job] = document["jobs"].values()
+    [step] = [s for s in job["steps"] if s.get("name") == name]
+    assert step["uses"] == "./"
+    return dict(step["with"])
+
+
 def _prune_policy(words: list[str]) -> list[str]:
     return [w for w in words if w in PRUNE_FLAGS]
 
 
 def test_the_apply_workflow_prunes_as_the_cronjob_and_the_watch_do() -> None:
+    """The action prunes only when told (`prune: true`; tests/unit/test_action.py runs its
+    step both ways): the repository's apply workflow tells it, as the CronJob and the watch
+    Deployment pass --prune, and nothing more."""
     cronjob = yaml.safe_load((REPO / "deploy" / "cronjob.yaml").read_text())
     [container] = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     watch = yaml.safe_load((REPO / "deploy" / "watch.yaml").read_text())
     [watcher] = [
         c for c in watch["spec"]["template"]["spec"]["containers"] if c["name"] == "reconcile"
     ]
+    assert _prune_policy(container["args"]) == ["--prune"]
+    assert _prune_policy(watcher["args"]) == ["--prune"]
+    assert _with("apply.yml", "apply")["prune"] is True
     script = _step("apply.yml", "apply")["run"]
     [command] = [line for line in script.splitlines() if "reconcile apply --" in line]
-    assert _prune_policy(container["args"]) == _prune_policy(command.split()) == ["--prune"]
-    assert _prune_policy(watcher["args"]) == ["--prune"]
+    assert _prune_policy(command.split()) == []  # only through "${prune[@]}"
+    assert '"${prune[@]}"' in command.split()
 
 
 def test_the_plan_workflow_plans_with_the_apply_prune_policy() -> None:
+    assert _with("plan.yml", "plan")["prune"] is _with("apply.yml", "apply")["prune"] is True
     script = _step("plan.yml", "plan")["run"]
     [command] = [line for line in script.splitlines() if "reconcile plan --" in line]
-    assert _prune_policy(command.split()) == ["--prune"]
+    assert _prune_policy(command.split()) == []
+    assert '"${prune[@]}"' in command.split()
 
 
 def _run_plan_step(work: Path, kubeconfig: Path | None) -> tuple[int, str]:
@@ -66,6 +84,7 @@ def _run_plan_step(work: Path, kubeconfig: Path | None) -> tuple[int, str]:
         "KUBECONFIG_DATA": kubeconfig.read_text() if kubeconfig is not None else "",
         "PLAN_FILE": "",
         "PLAN_KEY": "",
+        "PRUNE": str(_with("plan.yml", "plan")["prune"]).lower(),
         "RUNNER_TEMP": str(work),
         "GITHUB_OUTPUT": str(work / "output"),
         "GITHUB_STEP_SUMMARY": str(work / "summary.md"),
@@ -115,6 +134,31 @@ def test_the_workflows_pass_actionlint() -> None:
     workflows = sorted(str(p) for p in (REPO / ".github" / "workflows").glob("*.yml"))
     result = subprocess.run(
         [actionlint, "-no-color", *workflows], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_documented_workflows_pass_actionlint(tmp_path: Path) -> None:
+    """Every workflow the documentation shows (a YAML block with `jobs:`), as a file of a
+    repository's .github/workflows."""
+    actionlint = shutil.which("actionlint") or str(Path(sys.executable).parent / "actionlint")
+    workflows = tmp_path / ".github" / "workflows"
+    workflows.mkdir(parents=True)
+    written = []
+    for page in sorted((REPO / "docs").rglob("*.md")):
+        blocks = re.findall(r"^```ya?ml\n(.*?)^```", page.read_text(), flags=re.M | re.S)
+        for number, block in enumerate(blocks):
+            if re.search(r"^jobs:", block, flags=re.M):
+                path = workflows / f"{page.stem}-{number}.yml"
+                path.write_text(block)
+                written.append(path.name)
+    assert {"github-action-0.yml", "github-action-1.yml", "github-action-2.yml"} <= set(written)
+    result = subprocess.run(
+        [actionlint, "-no-color", *sorted(str(p) for p in workflows.iterdir())],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -371,7 +371,8 @@ def test_the_commands_that_read_a_cluster_run_on_each_and_prefix_their_lines(
     assert report.code == 0 and "NODES=4" in report.lines
     placement = run_cli("placement", cwd=work, kubeconfig=config)
     assert (
-        "driver-lab Deployment/gpu-drv/trainer 4/4 lab-node-0,lab-node-1,lab-node-2,lab-node-3"
+        "driver-lab Deployment/gpu-drv/trainer 4/4 -> lab-node-0 (1), lab-node-1 (1), "
+        "lab-node-2 (1), lab-node-3 (1); candidates: lab-node-0,lab-node-1,lab-node-2,lab-node-3"
         in (placement.lines)
     )
     assert not any(line.startswith("driver-lab Pod/gpu-drv/cuda12") for line in placement.lines)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
@@ -49,6 +49,7 @@ from reconcile.kube.kinds import (
     workload_id,
 )
 from reconcile.kube.objects import FIELD_MANAGER, ApiResource
+from reconcile.kube.validation import FieldError
 
 NAMESPACES: Final = ApiResource("", "v1", "namespaces", "Namespace", False)
 
@@ -198,6 +199,20 @@ def _finding(
         subject=target.id,
         message=f"{message} ({where})",
         blocksApply=True,
+    )
+
+
+def _refused_offline(
+    target: Target,
+    message: str,
+    errors: Sequence[FieldError],
+    live: Mapping[str, Any] | None = None,
+) -> Finding:
+    """An object-invalid finding for what was refused here, not by the server: at the
+    first field error's line, as the server's 422 would be."""
+    causes = tuple({"field": e.field} for e in errors)
+    return _finding(
+        "object-invalid", target, message, live, error=Invalid(422, "Invalid", message, causes)
     )
 
 
@@ -396,15 +411,8 @@ def _plan_create(
             target.resource.group, target.resource.kind, target.config, namespaced=True
         )
         if errors:
-            message = apivalidation.aggregate(errors)
-            causes = tuple({"field": e.field} for e in errors)
             planning.findings.append(
-                _finding(
-                    "object-invalid",
-                    target,
-                    message,
-                    error=Invalid(422, "Invalid", message, causes),
-                )
+                _refused_offline(target, apivalidation.aggregate(errors), errors)
             )
             return
     else:
@@ -563,16 +571,7 @@ def _plan_update(
             f"CustomResourceDefinition {changing.crd} in desired/, which apply writes first; "
             "the cluster's dry run still judges by the schema it serves)"
         )
-        causes = tuple({"field": e.field} for e in errors)
-        planning.findings.append(
-            _finding(
-                "object-invalid",
-                target,
-                message,
-                live=live,
-                error=Invalid(422, "Invalid", message, causes),
-            )
-        )
+        planning.findings.append(_refused_offline(target, message, errors, live))
         return
     changes = compared.update_drift(result)
     if changes:

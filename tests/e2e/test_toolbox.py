@@ -741,6 +741,10 @@ def test_quiet_keeps_errors_and_verbose_traces_and_counts_requests(
     assert 'warning: Pod "any-gpu-job"' not in normal.stderr  # gated NotIn: no warning
     assert "lab-node-9: declared in" in normal.stderr
 
+    # A drifted object, so that a dry run is among the requests traced (an object in sync
+    # is not dry-run).
+    workloads = workdir / "desired" / "workloads" / "gpu-drv.yaml"
+    workloads.write_text(workloads.read_text().replace("replicas: 4", "replicas: 3", 1))
     # A process of its own: in this one the mig-manager stand-in's requests are traced too.
     verbose = run_cli("plan", "-v", cwd=workdir, kubeconfig=lab.kubeconfig, process=True)
     assert "note: " in verbose.stderr and "request(s) to https://127.0.0.1:" in verbose.stderr

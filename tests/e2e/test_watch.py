@@ -337,7 +337,7 @@ def test_watch_command_serves_metrics_holds_the_lease_and_stops_on_sigterm(
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=15)
         assert process.returncode == 0, err
-    assert out.split(" ", 1)[1] == f"lab-node-1 {GPU_COUNT} 2\n"
+    assert out.split(" ", 1)[1] == f"lab-node-1 {GPU_COUNT} 2 (corrected)\n"
     released = lease(lab, name)
     assert released is not None and released["spec"].get("holderIdentity", "") == ""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -576,8 +577,11 @@ class _UpgradeView:
 
     def __init__(self, view: View, *, dry_run: bool) -> None:
         self.view = view
+        self.dry_run = dry_run
         self.marker = " (dry run)" if dry_run else ""
         self.progress = Phases()
+        # subject -> (when its first step of this run happened, when its last did)
+        self._times: dict[str, tuple[float, float]] = {}
 
     def note(self, line: str) -> None:
         log.info("%s", line)
@@ -585,6 +589,24 @@ class _UpgradeView:
     def step(self, step: Step) -> None:
         stdout().write(upgrade_line(step) + self.marker + "\n")
         stdout().flush()
+        self._progress(step.subject, upgrade_line(step))
+
+    def _progress(self, subject: str, line: str) -> None:
+        """The step as progress on stderr: when it happened (UTC), how long after the
+        subject's step before it and since its first (stdout keeps the line contract)."""
+        if self.dry_run:
+            return
+        now = time.time()
+        first, last = self._times.get(subject, (now, now))
+        self._times[subject] = (first, now)
+        log.info(
+            "%s %s: done %.1f s after the step before, %.1f s into %s",
+            time.strftime("%H:%M:%SZ", time.gmtime(now)),
+            line,
+            now - last,
+            now - first,
+            subject,
+        )
 
     def planned(self, rollout: RolloutDocument) -> None:
         self.view.rollout_planned(rollout, self.marker)
@@ -594,6 +616,7 @@ class _UpgradeView:
 
     def moved(self, node: str, state: str, done: int, started: int) -> None:
         self.view.rollout_moved(node, state, clear=self.progress.done)
+        self._progress(node, f"{node} {state}")
         self.progress(f"rollout: {done} done, {started} started")
 
     def render(self, result: NodeUpgraded | RolledOut) -> None:

@@ -3,6 +3,7 @@ resuming after an interruption, and every preflight refusal."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -113,6 +114,16 @@ def test_the_driver_labs_upgrade_plays_through(cluster: TestCluster, work: Path)
     code, lines, err = _upgrade(cluster, work)
     assert code == 0, err
     assert lines == THE_STEPS
+    # Each step again on stderr as progress: when (UTC) and how long it took.
+    progress = re.findall(
+        rf"^note: \d\d:\d\d:\d\dZ (lab-node-1 {re.escape(STATE)} [a-z-]+): done "
+        r"(\d+\.\d) s after the step before, (\d+\.\d) s into lab-node-1$",
+        err,
+        re.MULTILINE,
+    )
+    assert [line for line, _, _ in progress] == [s for s in THE_STEPS if STATE in s]
+    into = [float(total) for _, _, total in progress]
+    assert into == sorted(into) and into[0] == 0.0
     node = cluster.node("lab-node-1")
     assert not node["spec"].get("unschedulable")
     assert node["metadata"]["labels"][STATE] == "upgrade-done"

@@ -10,13 +10,15 @@ the round-trip writer, so comments, key order and quoting survive.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from reconcile.desired.models import DesiredGroup, DesiredState
+from reconcile.desired.models import DesiredGroup, DesiredState, json_schemas
 from reconcile.desired.writer import (
     dump_documents,
     new_group_file,
@@ -241,10 +243,26 @@ def declared_rule(obj: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
+_SCHEMA_REF: Final = re.compile(r"^# yaml-language-server: \$schema=(\S+)$", re.MULTILINE)
+
+
 def write_import(root: Path, changes: Sequence[FileChange]) -> None:
-    """Write the files, never through a link or outside `root`."""
+    """Write the files, never through a link or outside `root`. A new file's `$schema`
+    points at `schemas/` beside desired/ (where `reconcile schemas` writes), and the
+    schema it names is written there when it is missing, so that the reference holds."""
+    schemas = root.parent / "schemas"
+    published = json_schemas()
     for change in changes:
-        write_inside(root, change.path, change.after)
+        after = change.after
+        found = _SCHEMA_REF.search(after) if not change.before else None
+        if found is not None and (name := Path(found[1]).name) in published:
+            ref = os.path.relpath(schemas / name, change.path.parent)
+            after = after[: found.start(1)] + ref + after[found.end(1) :]
+            target = schemas / name
+            if not target.exists():
+                schemas.mkdir(exist_ok=True)
+                target.write_text(json.dumps(published[name], indent=2, sort_keys=True) + "\n")
+        write_inside(root, change.path, after)
 
 
 def _kept(node: LiveNode, request: ImportRequest) -> dict[str, str]:

@@ -63,6 +63,11 @@ def test_import_writes_node_files_with_only_discovered_facts(
     assert text.startswith(
         "# yaml-language-server: $schema=../../schemas/nodefeatures.schema.json\n"
     )
+    # The schema it points at exists, as `reconcile schemas` writes it.
+    schema = tmp_path / "schemas" / "nodefeatures.schema.json"
+    assert json.loads(schema.read_text())["$id"].endswith("/nodefeatures.schema.json")
+    assert run_cli("schemas", "--check", cwd=tmp_path).code in (0, 1)
+    assert "nodefeatures.schema.json" not in run_cli("schemas", "--check", cwd=tmp_path).stderr
     assert "kubernetes.io/hostname" not in text and "beta.kubernetes.io" not in text
     assert "nvidia.com/gpu.deploy.driver" not in text  # the operator's decision, not a fact
     assert 'nvidia.com/cuda.driver.rev: "07"' in text  # quoted: it must stay a string

@@ -10,6 +10,7 @@ matched or did not.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from reconcile.nfd import expression, template
@@ -102,29 +103,44 @@ def _expand(source: str, data: MatchedFeatures, out: dict[str, str]) -> None:
         out.update(template.expand_map(source, data))
 
 
+def _matched(
+    match_any: Sequence[tuple[Term, ...]],
+    match_features: tuple[Term, ...],
+    templates: Sequence[tuple[str, dict[str, str]]],
+    features: Features,
+) -> bool:
+    """The matching Execute and ExecuteGroupRule share: each matchAny alternative until one
+    matches (all of them while there are templates to expand, each expanded into its map),
+    then matchFeatures, its matches expanded too. ExpressionError and TemplateError pass."""
+    any_matched = False
+    for terms in match_any:
+        ok, found = evaluate_terms(terms, features)
+        if ok:
+            any_matched = True
+            if not any(source for source, _ in templates):
+                break
+            for source, out in templates:
+                _expand(source, found, out)
+    if match_any and not any_matched:
+        return False
+    if match_features:
+        ok, found = evaluate_terms(match_features, features)
+        if not ok:
+            return False
+        for source, out in templates:
+            _expand(source, found, out)
+    return True
+
+
 def execute(rule: Rule, features: Features) -> RuleOutput:
     """rule.go Execute with failFast. RuleError when nfd-master would log "failed to
     process rule" (and skip it on this node)."""
     labels: dict[str, str] = {}
     vars_: dict[str, str] = {}
+    templates = ((rule.labels_template, labels), (rule.vars_template, vars_))
     try:
-        any_matched = False
-        for terms in rule.match_any:
-            ok, found = evaluate_terms(terms, features)
-            if ok:
-                any_matched = True
-                if not rule.labels_template and not rule.vars_template:
-                    break
-                _expand(rule.labels_template, found, labels)
-                _expand(rule.vars_template, found, vars_)
-        if rule.match_any and not any_matched:
+        if not _matched(rule.match_any, rule.match_features, templates, features):
             return RuleOutput(False)
-        if rule.match_features:
-            ok, found = evaluate_terms(rule.match_features, features)
-            if not ok:
-                return RuleOutput(False)
-            _expand(rule.labels_template, found, labels)
-            _expand(rule.vars_template, found, vars_)
     except (ExpressionError, template.TemplateError) as e:
         raise RuleError(str(e)) from e
     labels.update(rule.labels)
@@ -152,21 +168,10 @@ def execute_group_rule(rule: GroupRule, features: Features) -> GroupRuleOutput:
     NodeFeatureGroup. RuleError when nfd-master would log "failed to evaluate rule"."""
     vars_: dict[str, str] = {}
     try:
-        any_matched = False
-        for terms in rule.match_any:
-            ok, found = evaluate_terms(terms, features)
-            if ok:
-                any_matched = True
-                if not rule.vars_template:
-                    break
-                _expand(rule.vars_template, found, vars_)
-        if rule.match_any and not any_matched:
+        if not _matched(
+            rule.match_any, rule.match_features, ((rule.vars_template, vars_),), features
+        ):
             return GroupRuleOutput(False)
-        if rule.match_features:
-            ok, found = evaluate_terms(rule.match_features, features)
-            if not ok:
-                return GroupRuleOutput(False)
-            _expand(rule.vars_template, found, vars_)
     except (ExpressionError, template.TemplateError) as e:
         raise RuleError(str(e)) from e
     vars_.update(rule.vars)

@@ -76,6 +76,17 @@ def _dry_runs(cluster: TestCluster) -> list[str]:
     )
 
 
+def _edit_by_hand(cluster: TestCluster, data: dict[str, str]) -> None:
+    """The ConfigMap's data changed as `kubectl edit` changes it (an update, its manager)."""
+    status, body = cluster.raw(
+        "PATCH",
+        CONFIG_MAP + "?fieldManager=kubectl-edit",
+        {"data": data},
+        "application/merge-patch+json",
+    )
+    assert status == 200, body
+
+
 def _plan(cluster: TestCluster, work: Path) -> tuple[int, list[str], list[str] | None]:
     if cluster.sandbox is not None:
         cluster.sandbox.clear_requests()
@@ -101,13 +112,7 @@ def test_a_hand_edit_of_a_value_is_planned_and_taken_back(
     steady: tuple[TestCluster, Path],
 ) -> None:
     cluster, work = steady
-    status, body = cluster.raw(
-        "PATCH",
-        CONFIG_MAP + "?fieldManager=kubectl-edit",
-        {"data": {"mode": "multi"}},
-        "application/merge-patch+json",
-    )
-    assert status == 200, body
+    _edit_by_hand(cluster, {"mode": "multi"})
     code, lines, dry_runs = _plan(cluster, work)
     assert (code, lines) == (1, ["ConfigMap/steady/settings data.mode single"])
     if dry_runs is not None:
@@ -129,13 +134,7 @@ def test_a_field_dropped_from_git_or_added_by_hand_is_planned(
         assert CONFIG_MAP in dry_runs
 
     tree.write_text(SETTINGS)
-    status, body = cluster.raw(
-        "PATCH",
-        CONFIG_MAP + "?fieldManager=kubectl-edit",
-        {"data": {"extra": "by-hand"}},
-        "application/merge-patch+json",
-    )
-    assert status == 200, body
+    _edit_by_hand(cluster, {"extra": "by-hand"})
     # A field reconcile never set is not its drift: in sync, and the object untouched.
     code, lines, _ = _plan(cluster, work)
     assert (code, lines) == (0, [])

@@ -38,6 +38,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from reconcile.kube import regexp
 from reconcile.kube.cel import Semver, _normalized_semver
+from reconcile.kube.objects import same_json
 from reconcile.kube.quantity import QuantityError, parse_quantity
 from reconcile.kube.validation import FieldError, forbidden, invalid, required
 
@@ -955,7 +956,7 @@ def _validate(
     if value is None:
         return
     if old is not None:
-        ratchet = _same_json(value, old)
+        ratchet = same_json(value, old)
     if node.rules:
         _evaluate(node, path, value, old, verdict, ratchet)
     if isinstance(value, dict):
@@ -972,23 +973,6 @@ def _validate(
         old_items = _correlated(node.schema, value, old)
         for i, v in enumerate(value):
             _validate(node.items, f"{path}[{i}]", v, old_items[i], verdict, ratchet)
-
-
-def _same_json(a: Any, b: Any) -> bool:
-    """reflect.DeepEqual of two unstructured values: an int64 1 is not a float64 1.0."""
-    if isinstance(a, dict):
-        return (
-            isinstance(b, dict)
-            and a.keys() == b.keys()
-            and all(_same_json(v, b[k]) for k, v in a.items())
-        )
-    if isinstance(a, list):
-        return (
-            isinstance(b, list)
-            and len(a) == len(b)
-            and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
-        )
-    return type(a) is type(b) and a == b
 
 
 def _correlated(schema: Mapping[str, Any], value: list[Any], old: Any) -> list[Any]:

@@ -11,6 +11,24 @@ from typing import Any, Final
 FIELD_MANAGER: Final = "reconcile"
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON values, as Go's reflect.DeepEqual compares unstructured objects:
+    `1`, `1.0` and `true` are three different values."""
+    if isinstance(a, Mapping):
+        return (
+            isinstance(b, Mapping)
+            and a.keys() == b.keys()
+            and all(same_json(v, b[k]) for k, v in a.items())
+        )
+    if isinstance(a, list):
+        return (
+            isinstance(b, list)
+            and len(a) == len(b)
+            and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return type(a) is type(b) and a == b
+
+
 @dataclass(frozen=True)
 class LiveNode:
     """What the cluster says about one node, as far as reconcile needs it."""

@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from reconcile.kube.objects import FIELD_MANAGER
+from reconcile.kube.objects import FIELD_MANAGER, same_json
 
 # stripmeta.go: never part of a manager's field set (`metadata` itself is, as a member,
 # but its children are not stripped).
@@ -105,7 +105,7 @@ def _same(config: Any, live: Any, fields: Any) -> bool:
         if not children:  # an atomic list: owned whole, each item as applied
             return all(_within(c, item) for c, item in zip(config, live, strict=True))
         return _same_items(config, live, children)
-    return not children and _equal(config, live)
+    return not children and same_json(config, live)
 
 
 def _same_items(config: list[Any], live: list[Any], children: dict[str, Any]) -> bool:
@@ -120,7 +120,7 @@ def _same_items(config: list[Any], live: list[Any], children: dict[str, Any]) ->
             return False
         node = unmatched.pop(key)
         if key.startswith("v:"):
-            if _children(node) or not _equal(item, live_item):
+            if _children(node) or not same_json(item, live_item):
                 return False
         elif not _same(item, live_item, node):
             return False
@@ -135,13 +135,13 @@ def _member(item: Any, members: Mapping[str, Any]) -> str | None:
             value = json.loads(text)
         except ValueError:
             return None
-        if kind == "v" and _equal(item, value):
+        if kind == "v" and same_json(item, value):
             return key
         if (
             kind == "k"
             and isinstance(item, Mapping)
             and isinstance(value, Mapping)
-            and all(k in item and _equal(item[k], v) for k, v in value.items())
+            and all(k in item and same_json(item[k], v) for k, v in value.items())
         ):
             return key
     return None
@@ -159,11 +159,4 @@ def _within(config: Any, live: Any) -> bool:
             and len(config) == len(live)
             and all(_within(c, item) for c, item in zip(config, live, strict=True))
         )
-    return _equal(config, live)
-
-
-def _equal(a: Any, b: Any) -> bool:
-    """Equal as JSON values: `1`, `1.0` and `true` are three different values."""
-    if isinstance(a, (Mapping, list)):
-        return _within(a, b) and _within(b, a)
-    return type(a) is type(b) and a == b
+    return same_json(config, live)

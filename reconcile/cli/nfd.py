@@ -11,6 +11,7 @@ from reconcile.app.session import Session
 from reconcile.cli.app import TEXT_AND_JSON, common_options, main, outputs, stdout
 from reconcile.cli.output import EXIT_OK, Format
 from reconcile.diagnostics import ReconcileError
+from reconcile.nfd import NFD_NAMESPACE
 
 if TYPE_CHECKING:
     from reconcile.nfd.master import NodeOutput
@@ -198,7 +199,7 @@ def nfd_eval(
 @outputs(*TEXT_AND_JSON)
 @click.option(
     "--nfd-namespace",
-    default="node-feature-discovery",
+    default=NFD_NAMESPACE,
     show_default=True,
     metavar="NS",
     help="The namespace nfd-master runs in: its objects are merged first.",

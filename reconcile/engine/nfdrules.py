@@ -49,38 +49,43 @@ def tree_rules(state: DesiredState) -> list[Manifest]:
 
 
 class Reads:
-    """The cluster's NodeFeatureRules and NodeFeature objects, asked for as planning starts
-    (when the tree holds NodeFeatureRules and the cluster serves NFD's kinds) so that
-    their LISTs go out while the objects are dry-run and the nodes read."""
+    """The cluster's NodeFeatureRules, and its NodeFeature objects when the tree's rules
+    differ from them, asked for as planning starts (when the tree holds NodeFeatureRules
+    and the cluster serves NFD's kinds): their LISTs go out while the objects are dry-run
+    and the nodes read. A plan whose rules are the cluster's never lists NodeFeatures."""
 
     def __init__(self, state: DesiredState, cluster: ObjectApi) -> None:
-        self._rules: Future[list[dict[str, Any]]] | None = None
-        self._features: Future[list[dict[str, Any]]] | None = None
-        if not tree_rules(state):
-            return
+        self._cluster = cluster
+        self._read: dict[str, Future[list[dict[str, Any]] | None]] = {}
+        declared = tree_rules(state)
         discovery = cluster.discovery()
-        rules = discovery.resource_for(API_VERSION, RULE_KIND)
-        features = discovery.resource_for(API_VERSION, FEATURE_KIND)
-        if rules is None or features is None:
+        if not declared or discovery.resource_for(API_VERSION, FEATURE_KIND) is None:
             return
-        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="nfd-read")
-        self._rules = pool.submit(cluster.list_objects, rules)
-        self._features = pool.submit(cluster.list_objects, features)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nfd-read")
+        rules = self._read[RULE_KIND] = pool.submit(self._list, RULE_KIND)
+
+        def features_if_changed() -> list[dict[str, Any]] | None:
+            before = _by_name(rules.result() or ())
+            after = {**before, **{m.name: m.body for m in declared}}
+            return None if _specs(before) == _specs(after) else self._list(FEATURE_KIND)
+
+        self._read[FEATURE_KIND] = pool.submit(features_if_changed)
         pool.shutdown(wait=False)
 
-    def rules(self, cluster: ObjectApi) -> list[dict[str, Any]] | None:
-        """The live NodeFeatureRules; None when the cluster does not serve the kind."""
-        if self._rules is not None:
-            return self._rules.result()
-        found = cluster.discovery().resource_for(API_VERSION, RULE_KIND)
-        return None if found is None else cluster.list_objects(found)
+    def objects(self, kind: str) -> list[dict[str, Any]] | None:
+        """The live objects of NFD's `kind`, as read early when they were; None when the
+        cluster does not serve the kind."""
+        early = self._read.get(kind)
+        found = early.result() if early is not None else None
+        return found if found is not None else self._list(kind)
 
-    def features(self, cluster: ObjectApi) -> list[dict[str, Any]]:
-        """Every NodeFeature object; none when the cluster does not serve the kind."""
-        if self._features is not None:
-            return self._features.result()
-        found = cluster.discovery().resource_for(API_VERSION, FEATURE_KIND)
-        return [] if found is None else cluster.list_objects(found)
+    def _list(self, kind: str) -> list[dict[str, Any]] | None:
+        resource = self._cluster.discovery().resource_for(API_VERSION, kind)
+        return None if resource is None else self._cluster.list_objects(resource)
+
+
+def _by_name(objects: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {str((o.get("metadata") or {}).get("name")): o for o in objects}
 
 
 def predict(
@@ -100,12 +105,10 @@ def predict(
     if not declared and not gone:
         return prediction
     reads = reads or Reads(state, cluster)
-    live_rules = reads.rules(cluster)
+    live_rules = reads.objects(RULE_KIND)
     if live_rules is None:
         return prediction  # NFD is not installed: no nfd-worker publishes features
-    before: dict[str, Mapping[str, Any]] = {
-        str((o.get("metadata") or {}).get("name")): o for o in live_rules
-    }
+    before = _by_name(live_rules)
     after = {name: obj for name, obj in before.items() if name not in gone}
     sources: dict[str, str] = {}
     for manifest in declared:
@@ -120,7 +123,7 @@ def predict(
         prediction.findings.append(_finding("nfd-rule-invalid", "NodeFeatureRule", str(e)))
         return prediction
     by_node: dict[str, list[dict[str, Any]]] = {}
-    for obj in reads.features(cluster):
+    for obj in reads.objects(FEATURE_KIND) or ():
         node = ((obj.get("metadata") or {}).get("labels") or {}).get(NODE_NAME_LABEL)
         if isinstance(node, str):
             by_node.setdefault(node, []).append(obj)

@@ -17,3 +17,6 @@ from typing import Final
 
 NFD_REPOSITORY: Final = "kubernetes-sigs/node-feature-discovery"
 NFD_COMMIT: Final = "76e6cc8cc0d54b8bce037098b72611ffdf66ef5a"
+# Where the published deployment (deployment/overlays/default, the Helm chart's default
+# release namespace) runs nfd-master and its workers.
+NFD_NAMESPACE: Final = "node-feature-discovery"

@@ -12,8 +12,9 @@ from typing import Any, Final
 from reconcile.diagnostics import ReconcileError
 from reconcile.kube.api import ObjectApi
 from reconcile.kube.objects import ApiResource
+from reconcile.nfd import NFD_NAMESPACE
 from reconcile.nfd.model import API_VERSION, NodeFeature
-from reconcile.nfd.nodefeature import NFD_NAMESPACE, NODE_NAME_LABEL, merge_node_features
+from reconcile.nfd.nodefeature import NODE_NAME_LABEL, merge_node_features
 
 NODE_FEATURE: Final = "NodeFeature"
 NODE_FEATURE_RULE: Final = "NodeFeatureRule"

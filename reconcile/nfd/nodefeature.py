@@ -28,13 +28,11 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from reconcile.nfd import NFD_NAMESPACE
 from reconcile.nfd.master import FEATURE_NS, add_ns
 from reconcile.nfd.model import API_VERSION, Features, NodeFeature, RuleError, parse_node_feature
 
 NODE_NAME_LABEL: Final = "nfd.node.kubernetes.io/node-name"
-# Where the published deployment (deployment/overlays/default, the Helm chart's
-# default release namespace) runs nfd-master and its workers.
-NFD_NAMESPACE: Final = "node-feature-discovery"
 
 
 def _meta(obj: Mapping[str, Any]) -> tuple[str, str, str | None]:

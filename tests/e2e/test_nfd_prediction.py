@@ -138,8 +138,14 @@ def test_a_new_rule_predicts_its_labels_and_a_changed_one_the_workload_it_strand
     ]
     applied = run_cli("apply", cwd=work, kubeconfig=cluster.kubeconfig)
     assert applied.code == 0, applied.stderr
+    if cluster.sandbox is not None:
+        cluster.sandbox.clear_requests()
     again = run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig)
     assert (again.code, again.stdout) == (0, ""), again.stderr
+    if cluster.sandbox is not None:
+        # The tree's rules are the cluster's: nothing to predict, no NodeFeature read.
+        asked = {r.resource for r in cluster.sandbox.requests}
+        assert "nodefeaturerules" in asked and "nodefeatures" not in asked
 
     # As nfd-master would: the label on lab-node-1 only.
     for node in ("lab-node-0", "lab-node-1", "lab-node-2"):

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from reconcile.nfd import NFD_NAMESPACE
 from reconcile.nfd.model import Features, NodeFeature, RuleError
 from reconcile.nfd.nodefeature import (
-    NFD_NAMESPACE,
     merge_node_features,
     node_feature_document,
 )

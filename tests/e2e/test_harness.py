@@ -4,6 +4,7 @@ stand-in kubelet (tests/kubelet.py), whether or not the cluster has one."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -55,3 +56,34 @@ def test_seeded_nodes_are_ready_with_a_lease_and_their_pods_run(
     code, body = cluster.raw("DELETE", path)  # graceful: its kubelet confirms it
     assert code == 200, body
     wait_for(lambda: cluster.raw("GET", path)[0] == 404, what="the deleted pod to go")
+
+
+def test_seeded_nodes_keep_the_capacity_they_were_seeded_with(
+    make_cluster: ClusterFactory,
+) -> None:
+    """The control plane's own stand-in kubelet gives a node it reads not Ready its own
+    capacity (8 GPUs): a seeded node's capacity is in place before it can read the node,
+    never overwritten after."""
+    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "4"}
+    seeded = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"held-{i}", "labels": {"kubernetes.io/hostname": f"held-{i}"}},
+            "status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }
+        for i in range(12)
+    ]
+    cluster = make_cluster(seeded)
+    if cluster.is_sandbox:
+        pytest.skip("the sandbox's nodes are as seeded: no kubelet to stand in for")
+    time.sleep(1.5)  # three rounds of the control plane's stand-in kubelet
+    _, nodes = cluster.raw("GET", "/api/v1/nodes")
+    gpus = {
+        n["metadata"]["name"]: n["status"]["allocatable"]["nvidia.com/gpu"] for n in nodes["items"]
+    }
+    assert gpus == {f"held-{i}": "4" for i in range(12)}

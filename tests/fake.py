@@ -462,6 +462,18 @@ class FakeCluster:
             found.append(copy.deepcopy(obj))
         return found
 
+    def list_specs(
+        self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        kept = ("name", "namespace", "labels", "annotations", "resourceVersion")
+        return [
+            {
+                **{k: obj[k] for k in ("apiVersion", "kind", "spec") if k in obj},
+                "metadata": {k: v for k, v in obj["metadata"].items() if k in kept},
+            }
+            for obj in self.list_objects(resource, namespace, label_selector=label_selector)
+        ]
+
     def apply_object(
         self,
         resource: ApiResource,

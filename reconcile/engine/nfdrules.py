@@ -18,7 +18,7 @@ NFD's kinds has no NodeFeature objects: nothing is predicted either.
 
 from __future__ import annotations
 
-import json
+import marshal
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -52,36 +52,80 @@ class Reads:
     """The cluster's NodeFeatureRules, and its NodeFeature objects when the tree's rules
     differ from them, asked for as planning starts (when the tree holds NodeFeatureRules
     and the cluster serves NFD's kinds): their LISTs go out while the objects are dry-run
-    and the nodes read. A plan whose rules are the cluster's never lists NodeFeatures."""
+    and the nodes read, and each NodeFeature is indexed by node as its page comes in. A
+    plan whose rules are the cluster's never lists NodeFeatures."""
 
     def __init__(self, state: DesiredState, cluster: ObjectApi) -> None:
         self._cluster = cluster
-        self._read: dict[str, Future[list[dict[str, Any]] | None]] = {}
+        self._rules: Future[list[dict[str, Any]] | None] | None = None
+        self._features: Future[Features | None] | None = None
         declared = tree_rules(state)
         discovery = cluster.discovery()
         if not declared or discovery.resource_for(API_VERSION, FEATURE_KIND) is None:
             return
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nfd-read")
-        rules = self._read[RULE_KIND] = pool.submit(self._list, RULE_KIND)
+        rules = self._rules = pool.submit(self._list_rules)
 
-        def features_if_changed() -> list[dict[str, Any]] | None:
+        def features_if_changed() -> Features | None:
             before = _by_name(rules.result() or ())
             after = {**before, **{m.name: m.body for m in declared}}
-            return None if _specs(before) == _specs(after) else self._list(FEATURE_KIND)
+            if _specs(before) == _specs(after):
+                return None
+            # What any rule before or after reads: a prune that drops rules besides (known
+            # later) only narrows it, and a key over more features is still a true key.
+            try:
+                every = [*_parsed(before, {}), *_parsed(after, {})]
+            except RuleError:
+                return self.features(None)  # predict says what is wrong with the rule
+            return self.features(_referenced(every))
 
-        self._read[FEATURE_KIND] = pool.submit(features_if_changed)
+        self._features = pool.submit(features_if_changed)
         pool.shutdown(wait=False)
 
-    def objects(self, kind: str) -> list[dict[str, Any]] | None:
-        """The live objects of NFD's `kind`, as read early when they were; None when the
+    def rules(self) -> list[dict[str, Any]] | None:
+        """The cluster's NodeFeatureRules (read early when they were); None when the
         cluster does not serve the kind."""
-        early = self._read.get(kind)
-        found = early.result() if early is not None else None
-        return found if found is not None else self._list(kind)
+        found = self._rules.result() if self._rules is not None else None
+        return found if found is not None else self._list_rules()
 
-    def _list(self, kind: str) -> list[dict[str, Any]] | None:
-        resource = self._cluster.discovery().resource_for(API_VERSION, kind)
+    def features_read(self, referenced: frozenset[str] | None) -> Features | None:
+        """The NodeFeature objects by node, as read early when they were (keyed by at least
+        `referenced`), else read now; None when the cluster does not serve the kind."""
+        early = self._features.result() if self._features is not None else None
+        return early if early is not None else self.features(referenced)
+
+    def features(self, referenced: frozenset[str] | None) -> Features | None:
+        resource = self._cluster.discovery().resource_for(API_VERSION, FEATURE_KIND)
+        if resource is None:
+            return None
+        return Features.index(self._cluster.list_specs(resource), referenced)
+
+    def _list_rules(self) -> list[dict[str, Any]] | None:
+        resource = self._cluster.discovery().resource_for(API_VERSION, RULE_KIND)
         return None if resource is None else self._cluster.list_objects(resource)
+
+
+@dataclass
+class Features:
+    """Every node's NodeFeature objects, and for a node that has one, the key of what the
+    rules can see of it: nodes alike in all of it (a fleet's pools) are evaluated once."""
+
+    objects: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    keys: dict[str, bytes | None] = field(default_factory=dict)
+
+    @classmethod
+    def index(cls, found: Iterable[dict[str, Any]], referenced: frozenset[str] | None) -> Features:
+        order = sorted(referenced) if referenced is not None else None
+        indexed = cls()
+        for obj in found:
+            node = ((obj.get("metadata") or {}).get("labels") or {}).get(NODE_NAME_LABEL)
+            if not isinstance(node, str):
+                continue
+            held = indexed.objects.setdefault(node, [])
+            held.append(obj)
+            # Two objects for one node are merged first: not keyed.
+            indexed.keys[node] = _fingerprint(obj, order) if len(held) == 1 else None
+        return indexed
 
 
 def _by_name(objects: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
@@ -105,7 +149,7 @@ def predict(
     if not declared and not gone:
         return prediction
     reads = reads or Reads(state, cluster)
-    live_rules = reads.objects(RULE_KIND)
+    live_rules = reads.rules()
     if live_rules is None:
         return prediction  # NFD is not installed: no nfd-worker publishes features
     before = _by_name(live_rules)
@@ -122,28 +166,21 @@ def predict(
     except RuleError as e:
         prediction.findings.append(_finding("nfd-rule-invalid", "NodeFeatureRule", str(e)))
         return prediction
-    by_node: dict[str, list[dict[str, Any]]] = {}
-    for obj in reads.objects(FEATURE_KIND) or ():
-        node = ((obj.get("metadata") or {}).get("labels") or {}).get(NODE_NAME_LABEL)
-        if isinstance(node, str):
-            by_node.setdefault(node, []).append(obj)
-    # Nodes alike in every feature a rule reads are evaluated once (a fleet's pools).
-    referenced = _referenced([*old_rules, *new_rules])
-    order = sorted(referenced) if referenced is not None else None
-    outputs: dict[str, tuple[NodeOutput, NodeOutput] | RuleError] = {}
+    features = reads.features_read(_referenced([*old_rules, *new_rules])) or Features()
+    outputs: dict[bytes, tuple[NodeOutput, NodeOutput] | RuleError] = {}
     compared_by_output: dict[int, _Compared] = {}
     for node in live:
-        objects = by_node.get(node.name)
+        objects = features.objects.get(node.name)
         if not objects:
             continue
-        key = _fingerprint(objects, order)
+        key = features.keys.get(node.name)
         found = outputs.get(key) if key is not None else None
         if found is None:
             try:
-                features = merge_node_features(
+                merged = merge_node_features(
                     objects, node=node.name, source=f"NodeFeature objects of node {node.name}"
                 )
-                found = (evaluate(features, old_rules), evaluate(features, new_rules))
+                found = (evaluate(merged, old_rules), evaluate(merged, new_rules))
             except RuleError as e:
                 found = e
             if key is not None:
@@ -175,13 +212,13 @@ def _referenced(rules: Sequence[NodeFeatureRule]) -> frozenset[str] | None:
     return frozenset(names)
 
 
-def _fingerprint(objects: Sequence[Mapping[str, Any]], referenced: list[str] | None) -> str | None:
-    """What of one node's NodeFeature objects the rules can see, as a key: the referenced
-    features and the labels, without the names (None: not to be shared)."""
-    if referenced is None or len(objects) != 1:
-        return None
-    spec = objects[0].get("spec")
-    if not isinstance(spec, Mapping):
+def _fingerprint(obj: Mapping[str, Any], referenced: list[str] | None) -> bytes | None:
+    """What of a node's one NodeFeature object the rules can see, as a key: the referenced
+    features and the labels, without the names (None: not to be shared). Written by
+    marshal's version 0, which has no back-references or interning marks: equal data (in
+    the same order) is equal bytes."""
+    spec = obj.get("spec")
+    if referenced is None or not isinstance(spec, Mapping):
         return None
     features = spec.get("features") or {}
     if not isinstance(features, Mapping):
@@ -192,11 +229,14 @@ def _fingerprint(objects: Sequence[Mapping[str, Any]], referenced: list[str] | N
         if not isinstance(held, Mapping):
             return None
         seen.append([held.get(name) for name in referenced])
-    meta = objects[0].get("metadata") or {}
+    meta = obj.get("metadata") or {}
     namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
     # Not sorted: two nodes whose same features are written in another order only miss
     # the cache.
-    return json.dumps([seen, spec.get("labels"), namespace], default=str)
+    try:
+        return marshal.dumps([seen, spec.get("labels"), namespace], 0)
+    except ValueError:  # not JSON's types: not to be shared
+        return None
 
 
 def _specs(rules: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

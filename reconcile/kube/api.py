@@ -117,6 +117,14 @@ class ObjectApi(Protocol):
         """The objects of `resource` (in `namespace`, or every namespace when empty)."""
         ...
 
+    def list_specs(
+        self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The objects `list_objects` gives with only their apiVersion, kind, spec and the
+        metadata naming and selecting them (name, namespace, labels, annotations,
+        resourceVersion); never a Secret's kind."""
+        ...
+
     def apply_object(
         self,
         resource: ApiResource,

@@ -78,6 +78,25 @@ class _NodeList(msgspec.Struct):
     items: list[_Node] | None = None  # the list's metadata is PageHead's
 
 
+class _ObjectMetadata(msgspec.Struct):
+    name: str = ""
+    namespace: str = ""
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    resourceVersion: str = ""
+
+
+class _Specified(msgspec.Struct):
+    apiVersion: str = ""
+    kind: str = ""
+    metadata: _ObjectMetadata = msgspec.field(default_factory=_ObjectMetadata)
+    spec: Any = None
+
+
+class _SpecifiedList(msgspec.Struct):
+    items: list[_Specified] | None = None  # the list's metadata is PageHead's
+
+
 class PageHead(msgspec.Struct, frozen=True):
     """What the next page of a LIST needs of this one: its list metadata."""
 
@@ -96,6 +115,7 @@ _NODE: Final = msgspec.json.Decoder(_Node)
 _NODE_LIST: Final = msgspec.json.Decoder(_NodeList)
 _PAGE_HEAD: Final = msgspec.json.Decoder(PageHead)
 _FIELDS: Final = msgspec.json.Decoder(dict[str, Any] | None)
+_SPECIFIED_LIST: Final = msgspec.json.Decoder(_SpecifiedList)
 
 
 # One string object for each label key and value, and one copy of each writer's label
@@ -164,6 +184,30 @@ def page_nodes(data: bytes) -> list[LiveNode]:
     """The nodes of a NodeList's JSON, one page of a LIST (its token and version are
     `page_head`'s)."""
     return [_live(item) for item in _NODE_LIST.decode(data).items or ()]
+
+
+def page_specs(data: bytes) -> list[dict[str, Any]]:
+    """The objects of a list's JSON (one page of a LIST), each as its apiVersion, kind,
+    spec and the metadata that names and selects it (name, namespace, labels,
+    annotations, resourceVersion), as dicts: the rest (managedFields, status) is checked
+    as JSON and skipped unbuilt. For objects read by their spec alone and many at a time
+    (every node's NodeFeature)."""
+    found = []
+    for item in _SPECIFIED_LIST.decode(data).items or ():
+        meta = item.metadata
+        metadata: dict[str, Any] = {"name": meta.name}
+        if meta.namespace:
+            metadata["namespace"] = meta.namespace
+        for key, value in (("labels", meta.labels), ("annotations", meta.annotations)):
+            if value is not None:
+                metadata[key] = value
+        metadata["resourceVersion"] = meta.resourceVersion
+        obj: dict[str, Any] = {"apiVersion": item.apiVersion, "kind": item.kind}
+        obj["metadata"] = metadata
+        if item.spec is not None:
+            obj["spec"] = item.spec
+        found.append(obj)
+    return found
 
 
 def page_head(data: bytes) -> PageHead:

@@ -155,3 +155,50 @@ def test_labels_that_repeat_across_nodes_are_held_once() -> None:
     [(key_2, value_2)] = second.labels.items()
     assert key_1 is key_2 and value_1 is value_2
     assert first.label_managers == second.label_managers == {key: "nfd-master"}
+
+
+FEATURE: dict[str, Any] = {
+    "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+    "kind": "NodeFeature",
+    "metadata": {
+        "name": "gpu-1",
+        "namespace": "node-feature-discovery",
+        "uid": "0f6c2a6e-3a8b-4bb0-9d55-5b2b1f0e7c11",
+        "resourceVersion": "4411",
+        "labels": {"nfd.node.kubernetes.io/node-name": "gpu-1"},
+        "managedFields": [{"manager": "nfd-worker", "fieldsV1": {"f:spec": {"f:features": {}}}}],
+    },
+    "spec": {
+        "features": {
+            "attributes": {"kernel.version": {"elements": {"major": "5", "minor": "15"}}},
+            "instances": {"pci.device": {"elements": [{"attributes": {"vendor": "10de"}}]}},
+        },
+        "labels": {"example.com/rack": "r1"},
+    },
+    "status": {"ignored": True},
+}
+
+
+def test_a_page_of_specs_keeps_the_spec_and_the_metadata_that_names_and_selects_it() -> None:
+    page = {"kind": "NodeFeatureList", "metadata": {}, "items": [FEATURE, {"metadata": {}}]}
+    first, bare = wire.page_specs(json.dumps(page).encode())
+    assert first == {
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+        "kind": "NodeFeature",
+        "metadata": {
+            "name": "gpu-1",
+            "namespace": "node-feature-discovery",
+            "labels": {"nfd.node.kubernetes.io/node-name": "gpu-1"},
+            "resourceVersion": "4411",
+        },
+        "spec": FEATURE["spec"],
+    }
+    assert bare == {"apiVersion": "", "kind": "", "metadata": {"name": "", "resourceVersion": ""}}
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"items": [{"metadata": {"labels": {"a": 1}}}]}', b'{"items": {}}', b"[1"]
+)
+def test_a_page_not_in_the_shape_of_a_list_of_objects_is_a_value_error(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        wire.page_specs(body)

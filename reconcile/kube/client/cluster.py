@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from kubernetes.client.api_client import ApiClient
 from kubernetes.client.exceptions import ApiException
@@ -48,9 +48,11 @@ from reconcile.kube.client.watching import WatchEvent, WatchExpired, events, lin
 from reconcile.kube.objects import FIELD_MANAGER, ApiResource, LiveNode, NodeEvent
 
 PAGE_SIZE: Final = 500
-PAGES_AHEAD: Final = 4  # pages of a LIST of nodes fetched and not yet decoded, at most
+PAGES_AHEAD: Final = 4  # pages of a LIST fetched and not yet decoded, at most
 MERGE_PATCH: Final = "application/merge-patch+json"
 APPLY_PATCH: Final = "application/apply-patch+yaml"
+
+T = TypeVar("T")
 
 # -v: every request traced as kubectl -v=6 traces it (round_trippers.go), one line each:
 # `GET https://host:6443/api/v1/nodes?limit=500 200 OK in 3 milliseconds`. The URL only:
@@ -384,29 +386,49 @@ class Cluster:
         a thread of its own while the next page is asked for: the API server prepares a
         page while the last one is decoded. At most PAGES_AHEAD pages wait undecoded.
         `stop` set ends it before the next page (ReadStopped)."""
-        pages: list[Future[list[LiveNode]]] = []
+        query = {"labelSelector": label_selector}
+        pages, version = self._decoded_pages(
+            "/api/v1/nodes", query, wire.page_nodes, page_size=page_size, stop=stop
+        )
+        return [node for page in pages for node in page], version
+
+    def _decoded_pages(
+        self,
+        path: str,
+        query: dict[str, Any],
+        decode: Callable[[bytes], list[T]],
+        *,
+        page_size: int = PAGE_SIZE,
+        stop: threading.Event | None = None,
+    ) -> tuple[list[list[T]], str]:
+        """Every page of a LIST by `decode`, each on a thread of its own while the next
+        page is asked for (only its list metadata read first: wire.page_head), and the
+        list's resourceVersion. At most PAGES_AHEAD pages wait undecoded. `stop` set ends
+        it before the next page (ReadStopped)."""
+
+        def decoded(data: bytes) -> list[T]:
+            try:
+                return decode(data)
+            except ValueError as e:
+                raise self._not_an_answer("GET", path, e) from None
+
+        pages: list[Future[list[T]]] = []
         token: str | None = None
         version = ""
         with ThreadPoolExecutor(1, thread_name_prefix="reconcile-decode") as decoder:
             while True:
                 if stop is not None and stop.is_set():
-                    raise ReadStopped("the read of the nodes was stopped")
-                query = {"labelSelector": label_selector, "limit": page_size, "continue": token}
-                head, data = self.request("GET", "/api/v1/nodes", query=query, decode=_head)
+                    raise ReadStopped(f"the read of {path} was stopped")
+                paged = {**query, "limit": page_size, "continue": token}
+                head, data = self.request("GET", path, query=paged, decode=_head)
                 if len(pages) >= PAGES_AHEAD:
                     pages[-PAGES_AHEAD].result()
-                pages.append(decoder.submit(self._page_nodes, data))
+                pages.append(decoder.submit(decoded, data))
                 version = head.resource_version or version
                 token = head.continue_
                 if not token:
                     break
-        return [node for page in pages for node in page.result()], version
-
-    def _page_nodes(self, data: bytes) -> list[LiveNode]:
-        try:
-            return wire.page_nodes(data)
-        except ValueError as e:
-            raise self._not_an_answer("GET", "/api/v1/nodes", e) from None
+        return [page.result() for page in pages], version
 
     def _not_an_answer(self, method: str, path: str, error: ValueError) -> ReconcileError:
         """What msgspec says of a body not in the shape of the answer."""
@@ -458,6 +480,20 @@ class Cluster:
     ) -> list[dict[str, Any]]:
         path = resource.path(namespace_segment(namespace) if namespace else "")
         return list(self.list_all(path, labelSelector=label_selector))
+
+    def list_specs(
+        self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The objects of `resource` with only their spec and the metadata naming and
+        selecting them (wire.page_specs: managedFields and status skipped unbuilt), each
+        page decoded while the next is asked for. Never a Secret's kind: what it reads
+        is not learnt for redaction."""
+        if sensitive.is_sensitive(resource.api_version, resource.kind):
+            raise ValueError(f"{resource.kind} is read whole, never by list_specs")
+        path = resource.path(namespace_segment(namespace) if namespace else "")
+        query = {"labelSelector": label_selector}
+        pages = self._decoded_pages(path, query, wire.page_specs)[0]
+        return [obj for page in pages for obj in page]
 
     def apply_object(
         self,

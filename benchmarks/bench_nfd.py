@@ -2,15 +2,17 @@
 nodes' NodeFeature objects, one rule changed in the tree, against the same plan with the
 rules as the cluster has them (nothing to predict):
 
-    python benchmarks/bench_nfd.py [--nodes 5000] [--rules 50] [--pairs 5]
+    python benchmarks/bench_nfd.py [--nodes 5000] [--rules 50] [--pairs 5] [--kubeconfig F]
 
 | figure | against | target |
 | --- | --- | --- |
 | `plan` with one of 50 rules changed (both rule sets evaluated on every node) | `plan` with the rules unchanged | 1.5x |
 
-The sandbox is seeded with the nodes, NFD's published CRDs (as the lab seed vendors them)
-and one NodeFeature per node, in ten hardware pools; the rules are applied once by
-reconcile. Every plan runs as a process, the two in turn, `--pairs` times after a warm-up:
+The sandbox (or the cluster of `--kubeconfig`, for instance the real control plane of
+../shared/k8s started with `K8S_NO_KUBELET=1 cluster up DIR`) is seeded with the nodes,
+NFD's published CRDs (as the lab seed vendors them) and one NodeFeature per node, in ten
+hardware pools; the rules are applied once by reconcile. A cluster of `--kubeconfig` gets
+them through its API (16 requests at a time) and loses them again when the run ends. Every plan runs as a process, the two in turn, `--pairs` times after a warm-up:
 the median of each and the median of the pairs' ratios. Reports, never asserts: the
 numbers go into docs/performance.md.
 """
@@ -105,6 +107,78 @@ def nodes_and_features(count: int) -> list[dict[str, Any]]:
     return objects
 
 
+class Seeded:
+    """The benchmark's objects created through the API of a cluster (its kubeconfig), and
+    deleted again by `remove`: the nodes, the NodeFeatures and their namespace, the rules
+    reconcile applied, and NFD's CRDs when the cluster did not have them."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        from kubernetes import config
+
+        self.client = config.new_client_from_config(kubeconfig, persist_config=False)
+        self.made_crds: list[str] = []
+
+    def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One request through the client's connection: (status, decoded JSON answer)."""
+        import json
+
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        self.client.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+        response = self.client.rest_client.pool_manager.request(
+            method,
+            self.client.configuration.host + path,
+            body=None if body is None else json.dumps(body),
+            headers=headers,
+        )
+        return response.status, json.loads(response.data) if response.data else None
+
+    def seed(self, crds: list[dict[str, Any]], objects: list[dict[str, Any]]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        collection = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for crd in crds:
+            name = crd["metadata"]["name"]
+            if self.call("GET", f"{collection}/{name}")[0] == 404:
+                status, answer = self.call("POST", collection, crd)
+                if status != 201:
+                    raise SystemExit(f"creating CRD {name}: {status} {answer}")
+                self.made_crds.append(name)
+        for crd in crds:
+            name = crd["metadata"]["name"]
+            while not any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (self.call("GET", f"{collection}/{name}")[1].get("status") or {}).get(
+                    "conditions"
+                )
+                or ()
+            ):
+                time.sleep(0.2)
+        self.call("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+
+        def create(obj: dict[str, Any]) -> None:
+            if obj["kind"] == "Node":
+                path = "/api/v1/nodes"
+            else:
+                path = f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{NAMESPACE}/nodefeatures"
+            status, answer = self.call("POST", path, obj)
+            if status not in (201, 409):
+                raise SystemExit(f"creating {obj['kind']} {obj['metadata']['name']}: {answer}")
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(create, objects))
+
+    def remove(self, rules: int) -> None:
+        group = "/apis/nfd.k8s-sigs.io/v1alpha1"
+        self.call("DELETE", f"{group}/namespaces/{NAMESPACE}/nodefeatures")
+        self.call("DELETE", "/api/v1/nodes?labelSelector=pool")
+        for i in range(rules):
+            self.call("DELETE", f"{group}/nodefeaturerules/rule-{i:02d}")
+        self.call("DELETE", f"/api/v1/namespaces/{NAMESPACE}")
+        for name in self.made_crds:
+            self.call("DELETE", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        self.client.close()
+
+
 def rule(index: int, minor: int) -> str:
     device = DEVICES[index % len(DEVICES)]
     return f"""\
@@ -155,6 +229,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=5000)
     parser.add_argument("--rules", type=int, default=50)
     parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument(
+        "--kubeconfig", help="A cluster to seed through its API instead of the sandbox."
+    )
     args = parser.parse_args()
     compileall.compile_dir(Path(reconcile_package.__file__).parent, quiet=1)
     print(
@@ -163,19 +240,30 @@ def main() -> None:
     )
     crds = [d.data for d in parse_yaml(CRDS.read_text(), str(CRDS))[0] if d.data]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-    sandbox = Sandbox([*crds, namespace, *nodes_and_features(args.nodes)]).start()
+    seeded = Seeded(args.kubeconfig) if args.kubeconfig else None
+    if seeded is not None:
+        started = time.perf_counter()
+        seeded.seed(crds, nodes_and_features(args.nodes))
+        print(f"(seeded the cluster in {time.perf_counter() - started:.0f} s)")
+        sandbox = None
+    else:
+        sandbox = Sandbox([*crds, namespace, *nodes_and_features(args.nodes)]).start()
     try:
         with tempfile.TemporaryDirectory() as scratch:
             root = Path(scratch)
-            kubeconfig = sandbox.write_kubeconfig(root / "kubeconfig")
+            kubeconfig = (
+                sandbox.write_kubeconfig(root / "kubeconfig")
+                if sandbox is not None
+                else Path(args.kubeconfig)
+            )
             same, changed = root / "same", root / "changed"
             write_rules(same, args.rules, changed=False)
             write_rules(changed, args.rules, changed=True)
             plan = [sys.executable, "-m", "reconcile", "plan", "--kubeconfig", str(kubeconfig)]
             apply = [sys.executable, "-m", "reconcile", "apply", "--kubeconfig", str(kubeconfig)]
-            seeded = subprocess.run(apply, cwd=same, capture_output=True, text=True, check=False)
-            if seeded.returncode != 0:
-                raise SystemExit(f"seeding apply exited {seeded.returncode}: {seeded.stderr}")
+            applied = subprocess.run(apply, cwd=same, capture_output=True, text=True, check=False)
+            if applied.returncode != 0:
+                raise SystemExit(f"seeding apply exited {applied.returncode}: {applied.stderr}")
             predicted = subprocess.run(
                 plan, cwd=changed, capture_output=True, text=True, check=False
             )
@@ -183,12 +271,16 @@ def main() -> None:
             run(plan, changed), run(plan, same)
             times = [(run(plan, changed), run(plan, same)) for _ in range(args.pairs)]
     finally:
-        sandbox.stop()
+        if sandbox is not None:
+            sandbox.stop()
+        if seeded is not None:
+            seeded.remove(args.rules)
     a = statistics.median(x for x, _ in times)
     b = statistics.median(y for _, y in times)
     ratio = statistics.median(x / y for x, y in times)
     print(f"(the changed plan predicts {len(lines)} label change(s))")
-    print(f"\n### {args.rules} NodeFeatureRules over {args.nodes:,} nodes' NodeFeatures, sandbox\n")
+    where = "the cluster of --kubeconfig" if args.kubeconfig else "sandbox"
+    print(f"\n### {args.rules} NodeFeatureRules over {args.nodes:,} nodes' NodeFeatures, {where}\n")
     print("| figure | with a rule changed | rules unchanged | ratio | target | |")
     print("| --- | --- | --- | --- | --- | --- |")
     verdict = "PASS" if ratio <= 1.5 else "MISS"

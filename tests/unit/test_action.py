@@ -148,7 +148,9 @@ def test_the_prune_default_is_the_clis() -> None:
     from reconcile.cli import main
 
     assert _action()["inputs"]["prune"]["default"] == "false"
-    context = click.Context(main)
+    # With the group's own settings, as the command line makes it: a bare Context would
+    # leave the commands' help option (which click caches) without its `-h`.
+    context = click.Context(main, **main.context_settings)
     for name in ("plan", "apply"):
         command = main.get_command(context, name)
         assert command is not None

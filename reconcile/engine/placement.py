@@ -200,8 +200,11 @@ def impact(
     pods: Sequence[RunningPod] = (),
     pool: Mapping[str, str] | None = None,
     rolled_out: frozenset[str] = frozenset(),
+    label_writers: Mapping[tuple[str, str], str] | None = None,
 ) -> list[Finding]:
-    """What the change does to placement and room.
+    """What the change does to placement and room. `label_writers`: (node, key) -> who
+    changes that label other than reconcile (the NodeFeatureRules nfd-master applies), for
+    the message of a workload stranded by it.
 
     - error: a workload that will not fit after apply (no node, no room, or fewer than
       its replicas), unless it did not fit before either and this plan does not touch it;
@@ -260,6 +263,7 @@ def impact(
             )
         else:
             message = f"no node will take it after apply ({_replicas(now)} before){schedules}: {then.reason}"
+        message += _selected_labels_lost(template, now, then, before, after, label_writers or {})
         # Where the scheduler uses what is not modelled, review must see it, not fail on it.
         severity = Severity.ERROR if then.evaluated else Severity.WARNING
         found.append(
@@ -268,6 +272,61 @@ def impact(
     found.extend(_affinity_lost(before, after, pods))
     found.extend(_overcommitted(before, after, [p for p in pods if p.node not in rolled_out]))
     return found
+
+
+SHOWN_NODES: Final = 3  # nodes named in a stranded workload's message, at most
+
+
+def _selected_labels_lost(
+    template: PodTemplate,
+    now: Placement,
+    then: Placement,
+    before: Sequence[NodeView],
+    after: Sequence[NodeView],
+    writers: Mapping[tuple[str, str], str],
+) -> str:
+    """` Where it fitted before: lab-node-1 loses example.com/gpu=true (NodeFeatureRule
+    gpu/one).`: on the nodes the workload fitted before and not after, the labels its node
+    selector or required node affinity names that the change removes or rewrites;
+    nothing when none does."""
+    keys = _selected_keys(template.spec)
+    if not keys:
+        return ""
+    before_by_name = {n.name: n for n in before}
+    after_by_name = {n.name: n for n in after}
+    parts = []
+    for name in sorted(set(now.nodes) - set(then.nodes)):
+        old, new = before_by_name.get(name), after_by_name.get(name)
+        if old is None or new is None:
+            continue
+        lost = []
+        for key in sorted(keys):
+            was, will = old.labels.get(key), new.labels.get(key)
+            if was is None or was == will:
+                continue
+            change = f"loses {key}={was}" if will is None else f"{key} {was} -> {will}"
+            writer = writers.get((name, key))
+            lost.append(f"{change} ({writer})" if writer else change)
+        if lost:
+            parts.append(f"{name} {', '.join(lost)}")
+    if not parts:
+        return ""
+    more = len(parts) - SHOWN_NODES
+    shown = "; ".join(parts[:SHOWN_NODES]) + (f"; and {more} more node(s)" if more > 0 else "")
+    return f" Where it fitted before: {shown}."
+
+
+def _selected_keys(spec: Mapping[str, Any]) -> set[str]:
+    """The label keys a pod's nodeSelector and required node affinity name."""
+    keys = {str(k) for k in (spec.get("nodeSelector") or {})}
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in affinity.get("nodeSelectorTerms") or ():
+        for requirement in (term or {}).get("matchExpressions") or ():
+            if isinstance(requirement, Mapping) and requirement.get("key"):
+                keys.add(str(requirement["key"]))
+    return keys
 
 
 def _affinity_lost(
@@ -486,6 +545,11 @@ def impact_check(projection: Projection) -> list[Finding]:
             rolled_out=frozenset(
                 n.name for n in projection.nodes if any(c.rollout for c in n.changes)
             ),
+            label_writers={
+                (p.node, p.key): "NodeFeatureRule " + ", ".join(p.rules)
+                for p in projection.predicted
+                if p.rules
+            },
         ),
         *evictions(before, after, pods, allowed=projection.allow_evictions),
     ]

@@ -156,6 +156,11 @@ def test_a_new_rule_predicts_its_labels_and_a_changed_one_the_workload_it_strand
     # The rule change leaves the trainer no node: an error before merge, nothing written.
     assert changed.code == 2
     assert "Deployment/training/trainer: no node will take it after apply" in changed.stderr
+    # ... naming the label the rule change takes from the node it ran on, and the rule.
+    assert (
+        f"Where it fitted before: lab-node-1 loses {KEY}=true "
+        "(NodeFeatureRule gpu-training/training nodes)." in changed.stderr
+    )
     markdown = run_cli("plan", "-o", "markdown", cwd=work, kubeconfig=cluster.kubeconfig).stdout
     assert "**Predicted by NFD rules:**" in markdown
     assert (

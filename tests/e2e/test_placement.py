@@ -97,7 +97,8 @@ def test_removing_a_label_in_git_reports_the_pending_pod_and_the_stranded_one(
     assert (
         "error: Pod/nfd-lab/train-b: no node will take it after apply (1/1 placed before): "
         "0/3 nodes are available: "
-        "3 node(s) didn't match Pod's node affinity/selector."
+        "3 node(s) didn't match Pod's node affinity/selector. Where it fitted before: "
+        "lab-node-1 loses feature.node.kubernetes.io/custom-gpu-training=true."
     ) in plan.stderr
     assert (
         "warning: Pod/nfd-lab/train-a: keeps running on lab-node-1 (IgnoredDuringExecution), but lab-node-1 "

@@ -182,3 +182,14 @@ def test_an_instance_name_that_does_not_compare_is_an_error_after_one_that_match
         expression.match_instance_attribute_names(gt, [{"10": "", "abc": ""}])
     with pytest.raises(ExpressionError, match="not a number 'abc'"):
         expression.match_names_multi(gt, None, None, [{"10": "", "abc": ""}])
+
+
+def test_such_a_match_name_is_an_error_of_nfd_eval(tmp_path: Path) -> None:
+    features = {"instances": {FEATURE: {"elements": [{"attributes": {"10": "", "abc": ""}}]}}}
+    term = {"feature": FEATURE, "matchName": {"op": "Gt", "value": ["5"]}}
+    result = run_cli(*_write(tmp_path, features, term))
+    assert result.code == 2, result.stdout
+    assert result.stderr.splitlines() == [
+        f"error: {tmp_path / 'rules.json'}:1:121: NodeFeatureRule/table rule 'case': "
+        "not a number 'abc'"
+    ]

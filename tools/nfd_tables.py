@@ -1,11 +1,13 @@
-"""Write node-feature-discovery's rule, group rule, template, validate and nfd-master test
-tables as data: tests/data/nfd/{rule,grouprule,template,validate,nfd_master}_test.json.
+"""Write node-feature-discovery's rule, group rule, template, validate, nfd-master and
+expression API test tables as data:
+tests/data/nfd/{rule,grouprule,template,validate,nfd_master,expression_api}_test.json.
 
 Each Go test below is transcribed step by step, in its order: the features and rule of
 every Execute (or ExecuteGroupRule, NewHelper, validate.X, filterX) call as it is made,
 and what the Go test asserts of it, nothing more. Go tests that mutate their features or
 rules between calls are followed as they mutate them. Every case records its Go test
-(and step); every table the repository, commit and file it comes from.
+(and step); every table the repository, commit and file it comes from. The expression
+API tests are tables in Go already: one case per t.Run.
 
     python -m tools.nfd_tables        # rewrite the tables
     python -m tools.nfd_tables --check  # exit 1 when a table is not what this writes
@@ -27,6 +29,7 @@ GROUP_GO = "pkg/apis/nfd/nodefeaturerule/grouprule_test.go"
 TEMPLATE_GO = "pkg/apis/nfd/template/template_test.go"
 VALIDATE_GO = "pkg/apis/nfd/validate/validate_test.go"
 MASTER_GO = "pkg/nfd-master/nfd-master-internal_test.go"
+API_GO = "pkg/apis/nfd/nodefeaturerule/expression-api_test.go"
 
 Features = dict[str, Any]
 
@@ -892,12 +895,541 @@ def _master_table() -> Table:
     return table
 
 
+# ---- expression-api_test.go -----------------------------------------------------------
+
+
+def _api_table() -> Table:
+    table = Table(
+        API_GO,
+        "One case per t.Run of the Go tables, named as go test names it (a repeated name "
+        "gets #01). `functions` are the expression.go functions the Go test calls; `mes` "
+        "is the MatchExpressionSet (the YAML or the Go literal, in its written order) or "
+        "`me` the one MatchExpression; `keys`, `values` and `instances` are the inputs as a "
+        "NodeFeature's elements hold them (null: Go's nil map or slice, absent from the Go "
+        "literal). `result`, `output` (null: Go's nil slice, [] an empty one; Go compares "
+        "them with assert.Equal, in order) and `error` are what the Go test asserts. A case "
+        "without `error` also runs as one term of a NodeFeatureRule through `reconcile nfd "
+        "eval` over one feature holding the inputs, unless `cli` says why not.",
+    )
+    keys_fns = ["MatchGetKeys", "MatchKeys"]
+    values_fns = ["MatchGetValues", "MatchValues"]
+    instances_fns = ["MatchGetInstances", "MatchInstances"]
+    nil_set = (
+        "nfd-master calls MatchMulti for a term, and MatchMulti does not match an empty "
+        "expression set against a nil flag or attribute set, as MatchGetKeys and "
+        "MatchGetValues do"
+    )
+
+    def case(
+        test: str,
+        name: str,
+        functions: list[str],
+        *,
+        keys: list[str] | None = None,
+        values: dict[str, str] | None = None,
+        instances: list[dict[str, str]] | None = None,
+        result: bool,
+        output: list[dict[str, str]] | None,
+        error: bool = False,
+        **expressions: Any,
+    ) -> None:
+        full = f"{test}/{name}"
+        if any(c["name"] == full for c in table.cases):
+            full += "#01"
+        table.cases.append(
+            {
+                "name": full,
+                "test": test,
+                "functions": functions,
+                **expressions,
+                "keys": None if keys is None else {k: {} for k in keys},
+                "values": None if values is None else dict(values),
+                "instances": None
+                if instances is None
+                else [{"attributes": dict(i)} for i in instances],
+                "result": result,
+                "output": output,
+                "error": error,
+            }
+        )
+
+    def cli(reason: str) -> None:
+        table.cases[-1]["cli"] = reason
+
+    t = "TestMatchKeys"
+    two: dict[str, Any] = {"foo": me("DoesNotExist"), "bar": me("Exists")}
+    case(t, "empty expression and nil input", keys_fns, mes={}, result=True, output=[])
+    cli(nil_set)
+    case(t, "empty expression and empty input", keys_fns, mes={}, keys=[], result=True, output=[])
+    case(
+        t,
+        "empty expression with non-empty input",
+        keys_fns,
+        mes={},
+        keys=["foo"],
+        result=True,
+        output=[],
+    )
+    case(
+        t,
+        "expressions match",
+        keys_fns,
+        mes=two,
+        keys=["bar", "baz", "buzz"],
+        result=True,
+        output=[{"Name": "bar"}, {"Name": "foo"}],
+    )
+    case(
+        t,
+        "expression does not match",
+        keys_fns,
+        mes=two,
+        keys=["foo", "bar", "baz"],
+        result=False,
+        output=None,
+    )
+    case(
+        t,
+        "op that never matches",
+        keys_fns,
+        mes={"foo": me("In", "bar"), "bar": me("Exists")},
+        keys=["bar", "baz"],
+        result=False,
+        output=None,
+    )
+    case(
+        t,
+        "error in expression",
+        keys_fns,
+        mes={"foo": me("Exists", "bar"), "bar": me("Exists")},
+        keys=["bar"],
+        result=False,
+        output=None,
+        error=True,
+    )
+
+    t = "TestMatchValues"
+    three: dict[str, Any] = {
+        "foo": me("Exists"),
+        "bar": me("In", "val", "wal"),
+        "baz": me("Gt", "10"),
+    }
+    case(t, "1", values_fns, mes={}, result=True, output=[])
+    cli(nil_set)
+    case(t, "2", values_fns, mes={}, values={}, result=True, output=[])
+    case(t, "3", values_fns, mes={}, values={"foo": "bar"}, result=True, output=[])
+    case(t, "4", values_fns, mes=three, values={"bar": "val"}, result=False, output=None)
+    case(
+        t,
+        "5",
+        values_fns,
+        mes=three,
+        values={"foo": "1", "bar": "val", "baz": "123", "buzz": "light"},
+        result=True,
+        output=[
+            {"Name": "bar", "Value": "val"},
+            {"Name": "baz", "Value": "123"},
+            {"Name": "foo", "Value": "1"},
+        ],
+    )
+    case(
+        t,
+        "5",
+        values_fns,
+        mes={"foo": me("Exists"), "bar": me("In", "val"), "baz": me("Gt", "10")},
+        values={"foo": "1", "bar": "val", "baz": "123.0"},
+        result=False,
+        output=None,
+        error=True,
+    )
+
+    t = "TestMatchInstances"
+    lt: dict[str, Any] = {"foo": me("Exists"), "bar": me("Lt", "10")}
+    case(t, "1", instances_fns, mes={}, result=False, output=[])
+    case(t, "2", instances_fns, mes={}, instances=[], result=False, output=[])
+    case(t, "3", instances_fns, mes={}, instances=[{}], result=True, output=[{}])
+    case(
+        t,
+        "4",
+        instances_fns,
+        mes=lt,
+        instances=[{"foo": "1"}, {"bar": "1"}],
+        result=False,
+        output=[],
+    )
+    case(
+        t,
+        "5",
+        instances_fns,
+        mes=lt,
+        instances=[{"foo": "1"}, {"foo": "2", "bar": "1"}],
+        result=True,
+        output=[{"foo": "2", "bar": "1"}],
+    )
+    case(
+        t,
+        "6",
+        instances_fns,
+        mes={"bar": me("Lt", "10")},
+        instances=[{"foo": "1"}, {"bar": "0x1"}],
+        result=False,
+        output=None,
+        error=True,
+    )
+
+    t = "TestMatchKeyNames"
+    fn = ["MatchKeyNames"]
+    k12 = ["key1", "key2"]
+    case(t, "empty input", fn, me=me("Any"), keys=[], result=False, output=[])
+    for name, e, result, output in (
+        ("MatchAny", me("Any"), True, [{"Name": "key1"}, {"Name": "key2"}]),
+        ("MatchExists", me("Exists"), True, [{"Name": "key1"}, {"Name": "key2"}]),
+        ("MatchDoesNotExist", me("DoesNotExist"), False, []),
+        ("MatchIn matches", me("In", "key1"), True, [{"Name": "key1"}]),
+        ("MatchIn no match", me("In", "key3"), False, []),
+        ("MatchNotIn", me("NotIn", "key1"), True, [{"Name": "key2"}]),
+    ):
+        case(t, name, fn, me=e, keys=k12, result=result, output=output)
+    case(t, "error", fn, me=me("Exists", "key1"), keys=k12, result=False, output=None, error=True)
+
+    t = "TestMatchValueNames"
+    fn = ["MatchValueNames"]
+    v12 = {"key1": "val1", "key2": "val2"}
+    case(t, "empty input", fn, me=me("Any"), values={}, result=False, output=[])
+    for name, e, result, output in (
+        (
+            "MatchExists",
+            me("Exists"),
+            True,
+            [{"Name": "key1", "Value": "val1"}, {"Name": "key2", "Value": "val2"}],
+        ),
+        ("MatchDoesNotExist", me("DoesNotExist"), False, []),
+        ("MatchIn matches", me("In", "key1"), True, [{"Name": "key1", "Value": "val1"}]),
+        ("MatchIn no match", me("In", "key3"), False, []),
+        ("MatchNotIn", me("NotIn", "key1"), True, [{"Name": "key2", "Value": "val2"}]),
+    ):
+        case(t, name, fn, me=e, values=v12, result=result, output=output)
+    case(t, "error", fn, me=me("NotIn"), values=v12, result=False, output=None, error=True)
+
+    t = "TestMatchInstanceAttributeNames"
+    fn = ["MatchInstanceAttributeNames"]
+    three_instances = [{"foo": "1"}, {"bar": "2"}, {"foo": "3", "baz": "4"}]
+    case(t, "empty input", fn, me=me("Any"), instances=[], result=False, output=[])
+    case(
+        t,
+        "no match",
+        fn,
+        me=me("In", "foo"),
+        instances=[{"bar": "1"}, {"baz": "2"}],
+        result=False,
+        output=[],
+    )
+    case(
+        t,
+        "match",
+        fn,
+        me=me("In", "foo"),
+        instances=three_instances,
+        result=True,
+        output=[{"foo": "1"}, {"foo": "3", "baz": "4"}],
+    )
+    # result unset in the Go literal: false
+    case(
+        t,
+        "error",
+        fn,
+        me=me("In"),
+        instances=[{"foo": "1"}],
+        result=False,
+        output=None,
+        error=True,
+    )
+
+    t = "TestMatchMulti"
+    fn = ["MatchMulti"]
+    case(t, "empty expression and nil input", fn, mes={}, result=False, output=[])
+    case(
+        t,
+        "empty expression and empty input keys",
+        fn,
+        mes={},
+        keys=[],
+        values={},
+        instances=[],
+        result=True,
+        output=[],
+    )
+    case(
+        t, "empty expression and empty input values", fn, mes={}, values={}, result=True, output=[]
+    )
+    case(
+        t,
+        "empty expression and empty input instances",
+        fn,
+        mes={},
+        instances=[],
+        result=False,
+        output=[],
+    )
+    case(
+        t,
+        "empty expression and one input instance with empty attributes",
+        fn,
+        mes={},
+        instances=[{}],
+        result=True,
+        output=[{}],
+    )
+    case(t, "empty expression", fn, mes={}, values={"foo": "bar"}, result=True, output=[])
+    case(
+        t,
+        "keys match",
+        fn,
+        mes=two,
+        keys=["bar", "baz", "buzz"],
+        result=True,
+        output=[{"Name": "bar"}, {"Name": "foo"}],
+    )
+    case(
+        t,
+        "keys do not match",
+        fn,
+        mes=two,
+        keys=["foo", "bar", "baz"],
+        result=False,
+        output=[],
+    )
+    case(
+        t,
+        "keys error",
+        fn,
+        mes={"foo": me("Exists", "val")},
+        keys=["bar", "baz", "buzz"],
+        result=False,
+        output=None,
+        error=True,
+    )
+    case(
+        t,
+        "values match",
+        fn,
+        mes=three,
+        values={"foo": "1", "bar": "val", "baz": "123", "buzz": "light"},
+        result=True,
+        output=[
+            {"Name": "bar", "Value": "val"},
+            {"Name": "baz", "Value": "123"},
+            {"Name": "foo", "Value": "1"},
+        ],
+    )
+    case(t, "values do not match", fn, mes=three, values={"bar": "val"}, result=False, output=[])
+    case(
+        t,
+        "values error",
+        fn,
+        mes={"bar": me("In")},
+        values={"foo": "1", "bar": "val", "baz": "123", "buzz": "light"},
+        result=False,
+        output=None,
+        error=True,
+    )
+    case(
+        t,
+        "instances match",
+        fn,
+        mes=lt,
+        instances=[{"foo": "1"}, {"foo": "2", "bar": "1"}],
+        result=True,
+        output=[{"foo": "2", "bar": "1"}],
+    )
+    case(
+        t,
+        "instances do not match",
+        fn,
+        mes={"foo": me("Exists"), "baz": me("Lt", "10")},
+        instances=[{"foo": "1"}, {"bar": "1"}],
+        result=False,
+        output=[],
+    )
+    case(
+        t,
+        "instances error",
+        fn,
+        mes={"foo": me("In")},
+        instances=[{"foo": "1"}, {"foo": "2", "bar": "1"}],
+        result=False,
+        output=None,
+        error=True,
+    )
+    multi_keys = ["bar", "baz", "qux"]
+    multi_values = {"foo": "1", "bar": "2", "quux": "3"}
+    for name, mes, result, output in (
+        (
+            "multi: keys and values either matches",
+            {"foo": me("In", "1"), "baz": me("Exists")},
+            True,
+            [{"Name": "baz"}, {"Name": "foo", "Value": "1"}],
+        ),
+        (
+            "multi: keys and values duplicate match",
+            {"foo": me("In", "1"), "bar": me("Exists")},
+            True,
+            [{"Name": "bar"}, {"Name": "bar", "Value": "2"}, {"Name": "foo", "Value": "1"}],
+        ),
+        (
+            "multi: keys and values NotIn match",
+            {"bar": me("NotIn", "1", "3")},
+            True,
+            [{"Name": "bar", "Value": "2"}],
+        ),
+        ("multi: keys and values NotIn does not match", {"bar": me("NotIn", "2")}, False, []),
+        (
+            "multi: keys and values DoesNotExist match",
+            {"xyzzy": me("DoesNotExist")},
+            True,
+            [{"Name": "xyzzy"}, {"Name": "xyzzy", "Value": ""}],
+        ),
+        (
+            "multi: keys and values DoesNotExist does not match",
+            {"quux": me("DoesNotExist")},
+            False,
+            [],
+        ),
+    ):
+        case(
+            t,
+            name,
+            fn,
+            mes=mes,
+            keys=multi_keys,
+            values=multi_values,
+            result=result,
+            output=output,
+        )
+    case(
+        t,
+        "multi: keys, values and instances all match",
+        fn,
+        mes={"foo": me("In", "1"), "bar": me("Exists")},
+        keys=multi_keys,
+        values=multi_values,
+        instances=[{"foo": "1", "bar": "2"}, {"foo": "10", "bar": "20"}],
+        result=True,
+        output=[
+            {"Name": "bar"},
+            {"Name": "bar", "Value": "2"},
+            {"Name": "foo", "Value": "1"},
+            {"bar": "2", "foo": "1"},
+        ],
+    )
+
+    t = "TestMatchNamesMulti"
+    fn = ["MatchNamesMulti"]
+    case(t, "nil input", fn, me=me("Any"), result=False, output=[])
+    case(t, "empty input keys", fn, me=me("Any"), keys=[], result=False, output=[])
+    case(t, "empty input values", fn, me=me("Any"), values={}, result=False, output=[])
+    case(t, "empty input instances", fn, me=me("Any"), instances=[], result=False, output=[])
+    case(
+        t,
+        "input keys match",
+        fn,
+        me=me("Exists"),
+        keys=k12,
+        result=True,
+        output=[{"Name": "key1"}, {"Name": "key2"}],
+    )
+    case(t, "input keys do not match", fn, me=me("DoesNotExist"), keys=k12, result=False, output=[])
+    case(
+        t,
+        "input keys error",
+        fn,
+        me=me("In"),
+        keys=k12,
+        result=False,
+        output=None,
+        error=True,
+    )
+    case(
+        t,
+        "input values match",
+        fn,
+        me=me("In", "key1"),
+        values=v12,
+        result=True,
+        output=[{"Name": "key1", "Value": "val1"}],
+    )
+    case(
+        t,
+        "input values do not match",
+        fn,
+        me=me("In", "key3"),
+        values=v12,
+        result=False,
+        output=[],
+    )
+    case(
+        t,
+        "input values error",
+        fn,
+        me=me("In"),
+        values=v12,
+        result=False,
+        output=None,
+        error=True,
+    )
+    case(
+        t,
+        "input instances match",
+        fn,
+        me=me("In", "foo"),
+        instances=three_instances,
+        result=True,
+        output=[{"foo": "1"}, {"foo": "3", "baz": "4"}],
+    )
+    case(
+        t,
+        "input instances do not match",
+        fn,
+        me=me("In", "foo"),
+        instances=[{"bar": "1"}, {"baz": "2"}],
+        result=False,
+        output=[],
+    )
+    case(
+        t,
+        "input instances error",
+        fn,
+        me=me("In"),
+        instances=[{"bar": "1"}],
+        result=False,
+        output=None,
+        error=True,
+    )
+    case(
+        t,
+        "input keys, values and instances match",
+        fn,
+        me=me("In", "key2"),
+        keys=k12,
+        values=v12,
+        instances=[{"key1": "1"}, {"key1": "2"}, {"key1": "3", "key2": "4"}],
+        result=True,
+        output=[
+            {"Name": "key2"},
+            {"Name": "key2", "Value": "val2"},
+            {"key1": "3", "key2": "4"},
+        ],
+    )
+    return table
+
+
 TABLES = {
     "rule_test.json": _rule_table,
     "grouprule_test.json": _group_table,
     "template_test.json": _template_table,
     "validate_test.json": _validate_table,
     "nfd_master_test.json": _master_table,
+    "expression_api_test.json": _api_table,
 }
 
 

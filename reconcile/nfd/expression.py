@@ -253,8 +253,45 @@ def match_names_multi(
     elements += [
         {NAME: k, VALUE: v} for k, v in sorted((values or {}).items()) if evaluate(e, True, k)
     ]
-    elements = _by_name(elements)
-    for attributes in instances or ():
-        if any(evaluate(e, True, k) for k in sorted(attributes)):
-            elements.append(attributes)
+    elements = _by_name(elements) + match_instance_attribute_names(e, instances)[1]
     return bool(elements), elements
+
+
+def match_keys(
+    expressions: Expressions, keys: set[str] | None
+) -> tuple[bool, list[MatchedElement]]:
+    """MatchGetKeys: MatchMulti over flags alone, a nil set read as an empty one."""
+    return match_multi(expressions, keys or set(), None, None)
+
+
+def match_values(
+    expressions: Expressions, values: Mapping[str, str] | None
+) -> tuple[bool, list[MatchedElement]]:
+    """MatchGetValues (failFast): MatchMulti over attributes alone, a nil map read as an
+    empty one."""
+    return match_multi(expressions, None, values or {}, None)
+
+
+def match_key_names(e: Expression, keys: set[str] | None) -> tuple[bool, list[MatchedElement]]:
+    """MatchKeyNames: the flags whose names `e` matches."""
+    return match_names_multi(e, keys, None, None)
+
+
+def match_value_names(
+    e: Expression, values: Mapping[str, str] | None
+) -> tuple[bool, list[MatchedElement]]:
+    """MatchValueNames: the attributes whose names `e` matches."""
+    return match_names_multi(e, None, values, None)
+
+
+def match_instance_attribute_names(
+    e: Expression, instances: Sequence[Attributes] | None
+) -> tuple[bool, list[MatchedElement]]:
+    """MatchInstanceAttributeNames: the instances one of whose attribute names `e`
+    matches. Every name is evaluated, as MatchValueNames does: a name `e` cannot compare
+    is an error even when another name of the instance matched."""
+    matched = []
+    for attributes in instances or ():
+        if [k for k in sorted(attributes) if evaluate(e, True, k)]:
+            matched.append(attributes)
+    return bool(matched), matched

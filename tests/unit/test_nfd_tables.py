@@ -402,4 +402,5 @@ def test_the_counts() -> None:
         "template_test.json": 9,
         "validate_test.json": 42,
         "nfd_master_test.json": 16,
+        "expression_api_test.json": 74,
     }

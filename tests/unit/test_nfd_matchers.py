@@ -16,7 +16,8 @@ import pytest
 
 from reconcile.nfd import expression, model
 from reconcile.nfd.expression import ExpressionError, MatchedElement
-from tests.support import REPO, run_cli
+from tests.support import REPO
+from tests.unit.test_nfd_tables import _eval
 
 TABLE = REPO / "tests" / "data" / "nfd" / "expression_api_test.json"
 FEATURE = "test.feat"
@@ -105,36 +106,6 @@ def _features(case: dict[str, Any]) -> dict[str, Any]:
     return features
 
 
-def _write(tmp_path: Path, features: dict[str, Any], term: dict[str, Any]) -> list[str]:
-    node = tmp_path / "node.json"  # JSON is YAML: the reader takes it as it is
-    node.write_text(
-        json.dumps(
-            {
-                "apiVersion": model.API_VERSION,
-                "kind": "NodeFeature",
-                "metadata": {"name": "node-1"},
-                "spec": {"features": features},
-            }
-        )
-    )
-    rules = tmp_path / "rules.json"
-    rules.write_text(
-        json.dumps(
-            {
-                "apiVersion": model.API_VERSION,
-                "kind": "NodeFeatureRule",
-                "metadata": {"name": "table"},
-                "spec": {
-                    "rules": [
-                        {"name": "case", "labels": {"matched": "true"}, "matchFeatures": [term]}
-                    ]
-                },
-            }
-        )
-    )
-    return ["nfd", "eval", "--features", str(node), str(rules), "-o", "json"]
-
-
 @pytest.mark.parametrize(
     "case", [c for c in _cases() if not c.values[0]["error"] and "reason" not in c.values[0]]
 )
@@ -149,7 +120,8 @@ def test_matcher_case_through_nfd_eval(case: dict[str, Any], tmp_path: Path) -> 
         term["matchExpressions"] = case["mes"]
     else:
         term["matchName"] = case["me"]
-    result = run_cli(*_write(tmp_path, _features(case), term))
+    rules = [{"name": "case", "labels": {"matched": "true"}, "matchFeatures": [term]}]
+    result = _eval(tmp_path, _features(case), rules=rules)
     assert result.code == 0, result.stderr
     found = json.loads(result.stdout)
     assert found["rules"] == [{"rule": "table/case", "matched": case["result"]}]
@@ -187,9 +159,10 @@ def test_an_instance_name_that_does_not_compare_is_an_error_after_one_that_match
 def test_such_a_match_name_is_an_error_of_nfd_eval(tmp_path: Path) -> None:
     features = {"instances": {FEATURE: {"elements": [{"attributes": {"10": "", "abc": ""}}]}}}
     term = {"feature": FEATURE, "matchName": {"op": "Gt", "value": ["5"]}}
-    result = run_cli(*_write(tmp_path, features, term))
+    rules = [{"name": "case", "labels": {"matched": "true"}, "matchFeatures": [term]}]
+    result = _eval(tmp_path, features, rules=rules)
     assert result.code == 2, result.stdout
     assert result.stderr.splitlines() == [
-        f"error: {tmp_path / 'rules.json'}:1:121: NodeFeatureRule/table rule 'case': "
+        f"error: {tmp_path / 'rules.json'}:1:168: NodeFeatureRule/table rule 'case': "
         "not a number 'abc'"
     ]

@@ -12,7 +12,7 @@ import pytest
 
 from reconcile.nfd.nodefeature import NODE_NAME_LABEL
 from tests.conftest import ClusterFactory
-from tests.support import REPO, TestCluster, lab_objects, run_cli
+from tests.support import REPO, TestCluster, lab_objects, run_cli, wait_for
 
 CRDS = (REPO / "reconcile" / "sandbox" / "seeds" / "crds" / "nfd-api-crds.yaml").read_text()
 KEY = "feature.node.kubernetes.io/custom-gpu-training"
@@ -101,6 +101,9 @@ def nfd(make_cluster: ClusterFactory, tmp_path: Path) -> tuple[TestCluster, Path
     (work / "desired" / "workloads" / "nfd.yaml").write_text(CRDS + "---\n" + NAMESPACE)
     applied = run_cli("apply", "--timeout", "60", cwd=work, kubeconfig=cluster.kubeconfig)
     assert applied.code == 0, applied.stderr
+    # A CRD just created is served a moment later (its handler installed after Established).
+    collection = "/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/node-feature-discovery/nodefeatures"
+    wait_for(lambda: cluster.raw("GET", collection)[0] == 200, what="NodeFeatures to be served")
     for node, vendor, device in (("lab-node-0", "1af4", "1050"), ("lab-node-1", "10de", "2236")):
         status, body = cluster.raw(
             "POST",

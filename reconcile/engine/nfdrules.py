@@ -76,8 +76,8 @@ class Reads:
             try:
                 every = [*_parsed(before, {}), *_parsed(after, {})]
             except RuleError:
-                return self.features(None)  # predict says what is wrong with the rule
-            return self.features(_referenced(every))
+                return self._read_features(None)  # predict says what is wrong with the rule
+            return self._read_features(_referenced(every))
 
         self._features = pool.submit(features_if_changed)
         pool.shutdown(wait=False)
@@ -92,9 +92,9 @@ class Reads:
         """The NodeFeature objects by node, as read early when they were (keyed by at least
         `referenced`), else read now; None when the cluster does not serve the kind."""
         early = self._features.result() if self._features is not None else None
-        return early if early is not None else self.features(referenced)
+        return early if early is not None else self._read_features(referenced)
 
-    def features(self, referenced: frozenset[str] | None) -> Features | None:
+    def _read_features(self, referenced: frozenset[str] | None) -> Features | None:
         resource = self._cluster.discovery().resource_for(API_VERSION, FEATURE_KIND)
         if resource is None:
             return None

@@ -319,11 +319,8 @@ def _selected_labels_lost(
 def _selected_keys(spec: Mapping[str, Any]) -> set[str]:
     """The label keys a pod's nodeSelector and required node affinity name."""
     keys = {str(k) for k in (spec.get("nodeSelector") or {})}
-    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    for term in affinity.get("nodeSelectorTerms") or ():
-        for requirement in (term or {}).get("matchExpressions") or ():
+    for _, term in _affinity_terms(spec):
+        for requirement in term.get("matchExpressions") or ():
             if isinstance(requirement, Mapping) and requirement.get("key"):
                 keys.add(str(requirement["key"]))
     return keys

@@ -38,6 +38,7 @@ from reconcile.kube.client.paths import (
     EVENTS,
     LEASES,
     PODS,
+    collection_path,
     namespace_segment,
     node_segment,
     object_path,
@@ -478,7 +479,7 @@ class Cluster:
     def list_objects(
         self, resource: ApiResource, namespace: str = "", *, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
-        path = resource.path(namespace_segment(namespace) if namespace else "")
+        path = collection_path(resource, namespace)
         return list(self.list_all(path, labelSelector=label_selector))
 
     def list_specs(
@@ -490,7 +491,7 @@ class Cluster:
         is not learnt for redaction."""
         if sensitive.is_sensitive(resource.api_version, resource.kind):
             raise ValueError(f"{resource.kind} is read whole, never by list_specs")
-        path = resource.path(namespace_segment(namespace) if namespace else "")
+        path = collection_path(resource, namespace)
         query = {"labelSelector": label_selector}
         pages = self._decoded_pages(path, query, wire.page_specs)[0]
         return [obj for page in pages for obj in page]
@@ -609,7 +610,7 @@ class Cluster:
         """The object as created (POST, field manager `reconcile`): a `generateName`
         gets its name from the server."""
         namespace = str((body.get("metadata") or {}).get("namespace") or "")
-        path = resource.path(namespace_segment(namespace) if namespace else "")
+        path = collection_path(resource, namespace)
         return dict(self.request("POST", path, query={"fieldManager": FIELD_MANAGER}, body=body))
 
     def delete_object(

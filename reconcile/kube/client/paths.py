@@ -34,6 +34,11 @@ def _segment(name: str, what: str, rule: str) -> str:
     return quote(name, safe="")
 
 
+def collection_path(resource: ApiResource, namespace: str) -> str:
+    """The path of a collection: in `namespace`, or across every namespace when empty."""
+    return resource.path(namespace_segment(namespace) if namespace else "")
+
+
 def object_path(resource: ApiResource, namespace: str, name: str) -> str:
     """The path of one object. Every kind's names are at least path segments (the rule
     per kind is checked offline, on desired/); namespaces are DNS-1123 labels."""

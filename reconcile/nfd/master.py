@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 
 from reconcile.kube import regexp
 from reconcile.kube.labels import go_quote
@@ -40,6 +40,9 @@ from reconcile.nfd.model import (
 from reconcile.nfd.validate import FEATURE_NS, PROFILE_NS
 
 __all__ = ["FEATURE_NS", "PROFILE_NS", "MasterConfig", "NodeOutput", "add_ns", "evaluate"]
+
+R = TypeVar("R", Rule, GroupRule)
+Out = TypeVar("Out")
 
 BACKREF_DOMAIN: Final = "rule"
 BACKREF_FEATURE: Final = "matched"
@@ -239,13 +242,7 @@ def evaluate(
     results: list[RuleResult] = []
     for obj in sorted(objects, key=lambda o: o.name):
         for i, r in enumerate(obj.rules):
-            explanation: list[str] = []
-            if explain:
-                explanation = _explanation(r.match_any, r.match_features, features)
-            try:
-                out = rules.execute(r, features)
-            except RuleError as e:
-                raise RuleError(f"{obj.where(i)}: {e}") from e
+            out, explanation = _executed(rules.execute, r, features, obj.where(i), explain)
             given = _add_ns(master.config, out.labels) if out.matched else {}
             results.append(RuleResult(rule_id(obj, r), out.matched, explanation, given))
             taints.extend(out.taints)
@@ -309,16 +306,22 @@ def evaluate_group(
     features = copy.deepcopy(node.features)
     results = []
     for i, r in enumerate(group.rules):
-        explanation: list[str] = []
-        if explain:
-            explanation = _explanation(r.match_any, r.match_features, features)
-        try:
-            out = rules.execute_group_rule(r, features)
-        except RuleError as e:
-            raise RuleError(f"{group.where(i)}: {e}") from e
+        out, explanation = _executed(rules.execute_group_rule, r, features, group.where(i), explain)
         results.append(GroupResult(group.name, r.name, out.matched, explanation))
         features.insert_attributes(BACKREF_DOMAIN, BACKREF_FEATURE, out.vars)
     return results
+
+
+def _executed(
+    execute: Callable[[R, Features], Out], r: R, features: Features, where: str, explain: bool
+) -> tuple[Out, list[str]]:
+    """`execute` of rule `r` on `features`, and (with `explain`) how each of its terms
+    matched; a RuleError located at `where`."""
+    explanation = _explanation(r.match_any, r.match_features, features) if explain else []
+    try:
+        return execute(r, features), explanation
+    except RuleError as e:
+        raise RuleError(f"{where}: {e}") from e
 
 
 def _explanation(

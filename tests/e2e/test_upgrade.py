@@ -192,6 +192,20 @@ def test_write_desired_updates_the_file_in_place(cluster: TestCluster, work: Pat
     assert run_cli("plan", cwd=work, kubeconfig=cluster.kubeconfig).code == 0
 
 
+def _raise_budget_after_preflight(cluster: TestCluster) -> None:
+    """Raise the budget to minAvailable 4 inside the sandbox once preflight has listed the
+    budgets: the drain then meets a refusal that preflight did not see."""
+    assert cluster.sandbox is not None
+    raised: list[bool] = []
+
+    def raise_budget(record: RequestRecord) -> None:
+        if record.resource == "poddisruptionbudgets" and record.verb == "list" and not raised:
+            raised.append(True)
+            _min_available(cluster, 4)
+
+    cluster.sandbox.server.observers.append(raise_budget)
+
+
 @pytest.mark.slow
 def test_a_budget_that_blocks_after_preflight_times_out_leaving_the_node_cordoned(
     cluster: TestCluster, work: Path
@@ -200,14 +214,7 @@ def test_a_budget_that_blocks_after_preflight_times_out_leaving_the_node_cordone
         pytest.skip("raises the budget from inside the sandbox, between preflight and drain")
     _add_row(work)
     _min_available(cluster, 3)
-    raised: list[bool] = []
-
-    def raise_budget_after_preflight(record: RequestRecord) -> None:
-        if record.resource == "poddisruptionbudgets" and record.verb == "list" and not raised:
-            raised.append(True)
-            _min_available(cluster, 4)
-
-    cluster.sandbox.server.observers.append(raise_budget_after_preflight)
+    _raise_budget_after_preflight(cluster)
     started = time.monotonic()
 
     code, lines, err = _upgrade(cluster, work, "--timeout", "1s")
@@ -249,14 +256,7 @@ def test_a_budget_desired_declares_that_blocks_the_drain_gets_advice_for_the_fil
     (work / "desired" / "workloads").mkdir()
     shutil.copy(REPO / "desired" / "workloads" / "gpu-drv.yaml", work / "desired" / "workloads")
     _min_available(cluster, 3)
-    raised: list[bool] = []
-
-    def raise_budget_after_preflight(record: RequestRecord) -> None:
-        if record.resource == "poddisruptionbudgets" and record.verb == "list" and not raised:
-            raised.append(True)
-            _min_available(cluster, 4)
-
-    cluster.sandbox.server.observers.append(raise_budget_after_preflight)
+    _raise_budget_after_preflight(cluster)
 
     code, _, err = _upgrade(cluster, work, "--timeout", "1s")
 
